@@ -1,0 +1,137 @@
+"""The `outbox-relay` console script: one sub-command per operator task."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from relay.config import Config, load_config
+from relay.errors import RelayError
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(args.config)
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from relay.control.db import Database
+    from relay.control.migrate import migrate
+
+    db = Database(_config(args).postgres, "outbox-relay-migrate")
+    try:
+        applied = migrate(db)
+    finally:
+        db.close()
+    print(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
+    return 0
+
+
+def _cmd_packages(args: argparse.Namespace) -> int:
+    from relay.packages import spark_packages_conf
+
+    print(spark_packages_conf())
+    return 0
+
+
+def _cmd_topics(args: argparse.Namespace) -> int:
+    from relay.control.db import Database
+    from relay.control.pending import TopicFilter, pending_topics
+
+    config = _config(args)
+    db = Database(config.postgres, "outbox-relay-cli")
+    try:
+        states = pending_topics(db, config.relay.lock_timeout_s, TopicFilter([".*"], []))
+    finally:
+        db.close()
+    for s in states:
+        detail = s.locked_by if s.state == "locked" else (s.last_error or "")
+        print(f"{s.topic}\t{s.state}\tretries={s.retries}\t{detail}")
+    return 0
+
+
+def _cmd_ledger(args: argparse.Namespace) -> int:
+    from relay.control.db import Database
+    from relay.ledger.delta import Ledger
+    from relay.spark import build_session
+
+    config = _config(args)
+    ledger = Ledger(build_session(config), config, Database(config.postgres, "outbox-relay-cli"))
+    if args.ledger_cmd == "flush":
+        print(f"copied {ledger.flush()} batch(es) to {config.ledger.path}")
+        return 0
+    if args.ledger_cmd == "maintain":
+        ledger.maintain(config.ledger.retention_hours)
+        print("ledger optimized and vacuumed")
+        return 0
+    entries = ledger.lookup(args.topic, args.id)
+    if not entries:
+        print(f"message {args.id} of topic {args.topic!r}: no record (not relayed)")
+        return 1
+    for e in entries:
+        print(
+            f"message {e.message_id} of topic {e.topic!r}: {e.outcome} at {e.relayed_at} "
+            f"in session {e.session_id} by {e.source} ({e.where})"
+        )
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from relay.app import main as run_main
+
+    argv = list(args.rest)
+    if args.config:
+        argv = ["--config", args.config, *argv]
+    return run_main(argv)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from relay.demo import run_demo
+
+    return run_demo(args.config or "conf/local.toml", args.messages)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from relay.stack import cli as stack_cli
+
+    p = argparse.ArgumentParser(prog="outbox-relay")
+    p.add_argument(
+        "--config",
+        default=os.environ.get("RELAY_CONFIG"),
+        help="TOML profile (default: RELAY_CONFIG, else built-in defaults)",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    stack_cli.register(sub)
+    sub.add_parser("migrate", help="apply the schema (idempotent)").set_defaults(fn=_cmd_migrate)
+    sub.add_parser("packages", help="print the Spark packages").set_defaults(fn=_cmd_packages)
+    sub.add_parser("topics", help="topics with rows waiting").set_defaults(fn=_cmd_topics)
+    run = sub.add_parser("run", help="run the relay (same as jobs/relay.py)")
+    run.add_argument("rest", nargs=argparse.REMAINDER)
+    run.set_defaults(fn=_cmd_run)
+    demo = sub.add_parser("demo", help="local stack, demo outbox, drain, summary")
+    demo.add_argument("--messages", type=int, default=3000)
+    demo.set_defaults(fn=_cmd_demo)
+    ledger = sub.add_parser("ledger", help="the Delta ledger")
+    lsub = ledger.add_subparsers(dest="ledger_cmd", required=True)
+    show = lsub.add_parser("show", help="was message ID of TOPIC relayed?")
+    show.add_argument("--topic", required=True)
+    show.add_argument("--id", type=int, required=True)
+    lsub.add_parser("flush", help="copy staged records to Delta now")
+    lsub.add_parser("maintain", help="OPTIMIZE and VACUUM the ledger")
+    ledger.set_defaults(fn=_cmd_ledger)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.fn(args)
+        return code
+    except RelayError as exc:
+        print(f"outbox-relay: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""Configuration: pydantic models loaded from a TOML profile plus environment overrides.
+
+Secrets never live in the profile: the PostgreSQL password comes from
+RELAY_POSTGRES_PASSWORD (or the password part of RELAY_POSTGRES_URL), and Kafka
+security values may name an environment variable as ``env:NAME``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from relay.errors import ConfigError
+
+ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "RELAY_POSTGRES_URL": ("postgres", "url"),
+    "RELAY_KAFKA_BOOTSTRAP_SERVERS": ("kafka", "bootstrap_servers"),
+    "RELAY_LEDGER_PATH": ("ledger", "path"),
+    "RELAY_CHECKPOINT_PATH": ("relay", "checkpoint_path"),
+    "RELAY_SOURCE_NAME": ("relay", "source_name"),
+}
+PASSWORD_ENV = "RELAY_POSTGRES_PASSWORD"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PostgresConfig(_Model):
+    url: str = "postgresql://postgres@127.0.0.1:5432/postgres"
+    password: SecretStr | None = None
+    sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
+    connect_timeout_s: int = Field(10, ge=1)
+    statement_timeout_ms: int = Field(120_000, ge=0)
+    idle_in_transaction_timeout_ms: int = Field(60_000, ge=0)
+    fetch_size: int = Field(10_000, ge=1)
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_scheme(cls, value: str) -> str:
+        if urlsplit(value).scheme not in ("postgresql", "postgres"):
+            raise ValueError("must look like postgresql://user@host:port/database")
+        return value
+
+    @property
+    def _parts(self) -> Any:
+        return urlsplit(self.url)
+
+    @property
+    def host(self) -> str:
+        return self._parts.hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return self._parts.port or 5432
+
+    @property
+    def database(self) -> str:
+        return unquote(self._parts.path.lstrip("/")) or "postgres"
+
+    @property
+    def user(self) -> str:
+        return unquote(self._parts.username or "postgres")
+
+    @property
+    def jdbc_url(self) -> str:
+        # The password is never part of a JDBC URL: Spark prints URLs in plans and logs.
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.database}"
+
+    def where(self) -> str:
+        """Where the server is, safe to print."""
+        return f"{self.host}:{self.port}/{self.database}"
+
+
+class KafkaConfig(_Model):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    max_request_size: int = Field(1_048_576, ge=1024)
+    record_overhead_bytes: int = Field(512, ge=0)
+    delivery_timeout_ms: int = Field(60_000, ge=1000)
+    request_timeout_ms: int = Field(15_000, ge=1000)
+    linger_ms: int = Field(5, ge=0)
+    batch_size: int = Field(262_144, ge=1024)
+    compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
+    admin_timeout_s: float = Field(10.0, gt=0)
+    # Security and other client settings, passed through verbatim in each dialect.
+    java_options: dict[str, str] = Field(default_factory=dict)
+    librdkafka_options: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("java_options", "librdkafka_options")
+    @classmethod
+    def _resolve_env_refs(cls, value: dict[str, str]) -> dict[str, str]:
+        return {k: _resolve_env_ref(k, v) for k, v in value.items()}
+
+
+class LedgerConfig(_Model):
+    path: str = ".relay-data/ledger"
+    flush_interval_s: float = Field(30.0, gt=0)
+    retention_hours: int = Field(24 * 30, ge=168)
+
+
+class TopicRule(_Model):
+    """Per-topic behaviour, chosen by the first rule whose regex fully matches the topic."""
+
+    match: str
+    compact: bool = False
+    policy: Literal["block", "park"] = "block"
+
+    @field_validator("match")
+    @classmethod
+    def _valid_regex(cls, value: str) -> str:
+        return _check_regex(value)
+
+
+class RelaySettings(_Model):
+    source_name: str = "outbox-relay"
+    batch_size: int = Field(10_000, ge=1, le=1_000_000)
+    max_batch_bytes: int = Field(256 * 1024 * 1024, ge=1024)
+    poll_interval_s: float = Field(0.2, gt=0)
+    lock_timeout_s: float = Field(60.0, gt=0)
+    heartbeat_interval_s: float = Field(10.0, gt=0)
+    backoff_base_s: float = Field(2.0, gt=0)
+    backoff_max_s: float = Field(300.0, gt=0)
+    partitioner: Literal["murmur2", "crc32"] = "murmur2"
+    header_prefix: str = Field("outbox-relay.", min_length=1)
+    include_topics: list[str] = Field(default_factory=lambda: [".*"])
+    exclude_topics: list[str] = Field(default_factory=list)
+    topic_rules: list[TopicRule] = Field(default_factory=list)
+    read_partitions: int = Field(2, ge=1, le=256)
+    checkpoint_path: str = ".relay-data/checkpoint"
+    available_now_deadline_s: float = Field(60.0, ge=0)
+
+    @field_validator("include_topics", "exclude_topics")
+    @classmethod
+    def _valid_regexes(cls, value: list[str]) -> list[str]:
+        return [_check_regex(v) for v in value]
+
+
+class SparkSettings(_Model):
+    master: str | None = "local[2]"
+    app_name: str = "outbox-relay"
+    shuffle_partitions: int = Field(2, ge=1)
+    # False on clusters (Databricks) where the JVM packages are cluster libraries.
+    resolve_packages: bool = True
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class Config(_Model):
+    postgres: PostgresConfig = PostgresConfig()
+    kafka: KafkaConfig = KafkaConfig()
+    ledger: LedgerConfig = LedgerConfig()
+    relay: RelaySettings = RelaySettings()
+    spark: SparkSettings = SparkSettings()
+
+
+def _check_regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {value!r}: {exc}") from exc
+    return value
+
+
+def _resolve_env_ref(key: str, value: str) -> str:
+    if not value.startswith("env:"):
+        return value
+    name = value[4:]
+    if name not in os.environ:
+        raise ValueError(f"{key} names environment variable {name}, which is not set")
+    return os.environ[name]
+
+
+def _set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = data
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"config key {part!r} must be a table")
+        node = child
+    node[path[-1]] = value
+
+
+def _split_password(data: dict[str, Any], env: Mapping[str, str]) -> None:
+    """Move a password out of the URL into the secret field, so no URL ever carries it."""
+    pg = data.setdefault("postgres", {})
+    if not isinstance(pg, dict):
+        return  # validation reports the wrong type
+    url = pg.get("url")
+    if isinstance(url, str) and urlsplit(url).password is not None:
+        parts = urlsplit(url)
+        pg["password"] = unquote(parts.password or "")
+        host = parts.netloc.rsplit("@", 1)[1]
+        pg["url"] = parts._replace(netloc=f"{parts.username}@{host}", query="").geturl()
+        sslmode = parse_qs(parts.query).get("sslmode")
+        if sslmode:
+            pg.setdefault("sslmode", sslmode[0])
+    if env.get(PASSWORD_ENV):
+        pg["password"] = env[PASSWORD_ENV]
+
+
+def _describe(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "<root>"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown setting"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"invalid config key {key}: {msg}{more}"
+
+
+def build_config(data: dict[str, Any], env: Mapping[str, str] | None = None) -> Config:
+    """Validate a raw mapping after applying environment overrides."""
+    env = os.environ if env is None else env
+    for var, path in ENV_OVERRIDES.items():
+        if env.get(var):
+            _set_path(data, path, env[var])
+    if isinstance(data.get("postgres"), dict) and "password" in data["postgres"]:
+        raise ConfigError(
+            f"invalid config key postgres.password: secrets are read from {PASSWORD_ENV}, "
+            "never from a profile"
+        )
+    _split_password(data, env)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:
+    """Load a TOML profile (or only defaults and environment when path is None)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    return build_config(data, env)
+
+
+def to_json_without_secrets(config: Config) -> str:
+    """The config for another process on the driver node; secrets stay in the environment."""
+    return config.model_dump_json(exclude={"postgres": {"password"}})
+
+
+def from_json_without_secrets(text: str, env: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if env is None else env
+    config = Config.model_validate_json(text)
+    if env.get(PASSWORD_ENV):
+        pg = config.postgres.model_copy(update={"password": SecretStr(env[PASSWORD_ENV])})
+        config = config.model_copy(update={"postgres": pg})
+    return config

@@ -1,0 +1,231 @@
+"""Claims: take the lowest remaining ids of each locked topic as a session, then finish it.
+
+A claim records ids in relay_sessions and leaves the payload rows untouched. It also
+checks what can fail for certain before anything is sent: each row's size against
+the topic's limit and the shape of its user headers. The first bad row of a topic
+cuts that topic's claim, so order is kept and the row is reported by id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from relay.control.db import Database
+from relay.control.locks import HOLD_OWNED, REGISTER_ERROR, RELEASE, TopicLocks
+
+CLEAR_STALE_SESSIONS = """
+DELETE FROM relay_sessions WHERE topic = ANY(%s::varchar[]) AND lock_token <> %s
+"""
+
+CLAIM = """
+WITH batch AS (SELECT nextval('relay_batch_seq') AS batch_id),
+spec AS (
+    SELECT * FROM unnest(%(topics)s::varchar[], %(max_bytes)s::bigint[], %(compact)s::bool[])
+        AS s(topic, max_bytes, compact)
+),
+candidate AS (
+    SELECT s.topic, s.compact, c.id, c.key, c.size,
+           CASE
+             WHEN c.size > s.max_bytes
+               THEN format('message is %%s bytes, over the limit of %%s', c.size, s.max_bytes)
+             WHEN c.headers IS NOT NULL AND jsonb_typeof(c.headers) <> 'object'
+               THEN 'headers must be a JSON object'
+             WHEN c.headers IS NOT NULL AND EXISTS (
+                    SELECT 1 FROM jsonb_each(c.headers) h
+                    WHERE left(h.key, length(%(prefix)s)) = %(prefix)s)
+               THEN format('header name uses the reserved prefix %%s', %(prefix)s)
+             WHEN c.headers IS NOT NULL AND EXISTS (
+                    SELECT 1 FROM jsonb_each(c.headers) h WHERE jsonb_typeof(h.value) <> 'string')
+               THEN 'header values must be strings'
+           END AS problem
+    FROM spec s
+    JOIN kafka_topic_info i ON i.topic = s.topic AND i.locked_by = %(token)s
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.key, m.headers,
+               coalesce(octet_length(m.message), 0) + coalesce(octet_length(m.key), 0)
+               + coalesce(octet_length(m.headers::text), 0) AS size
+        FROM kafka_messages m
+        WHERE m.topic = s.topic
+        ORDER BY m.id
+        LIMIT %(limit)s
+    ) c
+),
+first_problem AS (
+    SELECT DISTINCT ON (topic) topic, id AS bad_id, problem
+    FROM candidate WHERE problem IS NOT NULL
+    ORDER BY topic, id
+),
+healthy AS (
+    SELECT c.*, sum(c.size) OVER (PARTITION BY c.topic ORDER BY c.id) AS running_bytes,
+           row_number() OVER (PARTITION BY c.topic ORDER BY c.id) AS n
+    FROM candidate c LEFT JOIN first_problem f ON f.topic = c.topic
+    WHERE f.bad_id IS NULL OR c.id < f.bad_id
+),
+chosen AS (
+    SELECT h.*,
+           h.compact AND h.key IS NOT NULL
+           AND h.id < max(h.id) OVER (PARTITION BY h.topic, h.key) AS superseded
+    FROM healthy h
+    WHERE h.running_bytes <= %(batch_bytes)s OR h.n = 1
+),
+session AS (
+    INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids, compacted_ids)
+    SELECT gen_random_uuid(), (SELECT batch_id FROM batch), topic, %(token)s,
+           array_agg(id ORDER BY id),
+           coalesce(array_agg(id ORDER BY id) FILTER (WHERE superseded), '{}')
+    FROM chosen GROUP BY topic
+    RETURNING session_id, batch_id, topic,
+              cardinality(ids) AS rows, cardinality(compacted_ids) AS compacted
+)
+SELECT coalesce(s.topic, f.topic) AS topic, s.session_id, s.batch_id, s.rows, s.compacted,
+       f.bad_id, f.problem
+FROM session s FULL JOIN first_problem f ON f.topic = s.topic
+"""
+
+# Deletes only rows of sessions whose topic lock is held (see locks.HOLD_OWNED, taken
+# in the same transaction), and stages the ledger record of exactly the rows deleted.
+FINISH_SESSIONS = """
+WITH done AS (
+    DELETE FROM relay_sessions
+    WHERE session_id = ANY(%(sessions)s::uuid[]) AND topic = ANY(%(owned)s::varchar[])
+      AND lock_token = %(token)s
+    RETURNING session_id, topic, ids, compacted_ids
+),
+removed AS (
+    DELETE FROM kafka_messages m
+    USING done d
+    WHERE m.id = ANY(d.ids) AND m.topic = d.topic
+    RETURNING m.id, d.session_id, d.topic, m.id = ANY(d.compacted_ids) AS compacted
+)
+INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source)
+SELECT session_id, topic,
+       CASE WHEN compacted THEN 'compacted' ELSE 'published' END,
+       array_agg(id ORDER BY id), %(source)s
+FROM removed
+GROUP BY session_id, topic, compacted
+RETURNING topic, outcome, cardinality(ids) AS rows
+"""
+
+ABANDON_SESSIONS = "DELETE FROM relay_sessions WHERE session_id = ANY(%s::uuid[])"
+ABANDON_OWN_SESSIONS = """
+DELETE FROM relay_sessions WHERE topic = ANY(%s::varchar[]) AND lock_token = %s
+"""
+
+
+@dataclass(frozen=True)
+class TopicLimits:
+    topic: str
+    max_bytes: int
+    compact: bool
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What one claim statement took for one topic."""
+
+    topic: str
+    session_id: str | None
+    rows: int
+    compacted: int
+    bad_id: int | None
+    problem: str | None
+
+
+@dataclass(frozen=True)
+class ClaimBatch:
+    batch_id: int | None
+    claims: list[Claim]
+
+    @property
+    def sessions(self) -> list[Claim]:
+        return [c for c in self.claims if c.session_id is not None]
+
+
+class Claims:
+    def __init__(self, db: Database, token: str, header_prefix: str, source_name: str) -> None:
+        self.db = db
+        self.token = token
+        self.header_prefix = header_prefix
+        self.source_name = source_name
+
+    def claim(self, limits: Sequence[TopicLimits], limit: int, batch_bytes: int) -> ClaimBatch:
+        topics = [t.topic for t in limits]
+        params = {
+            "topics": topics,
+            "max_bytes": [t.max_bytes for t in limits],
+            "compact": [t.compact for t in limits],
+            "token": self.token,
+            "prefix": self.header_prefix,
+            "limit": limit,
+            "batch_bytes": batch_bytes,
+        }
+        with self.db.transaction() as cur:
+            cur.execute(CLEAR_STALE_SESSIONS, (topics, self.token))
+            cur.execute(CLAIM, params)
+            rows = cur.fetchall()
+        claims = [
+            Claim(
+                topic=r["topic"],
+                session_id=str(r["session_id"]) if r["session_id"] else None,
+                rows=r["rows"] or 0,
+                compacted=r["compacted"] or 0,
+                bad_id=r["bad_id"],
+                problem=r["problem"],
+            )
+            for r in rows
+        ]
+        batch_ids = {r["batch_id"] for r in rows if r["batch_id"] is not None}
+        return ClaimBatch(batch_id=batch_ids.pop() if batch_ids else None, claims=claims)
+
+    def abandon(self, session_ids: Collection[str]) -> None:
+        if session_ids:
+            self.db.execute(ABANDON_SESSIONS, (list(session_ids),))
+
+
+@dataclass(frozen=True)
+class Finished:
+    owned: set[str]
+    lost: set[str]
+    published: int
+    compacted: int
+
+
+def finish(
+    claims: Claims,
+    locks: TopicLocks,
+    locked: Collection[str],
+    sessions: Sequence[Claim],
+    errors: dict[str, str],
+) -> Finished:
+    """Delete what Kafka acknowledged, stage the ledger, and release or error each topic.
+
+    `sessions` are the acknowledged ones; every other session of this process on the
+    `locked` topics is dropped (its rows stay). One transaction: a crash before its
+    commit leaves the rows for a re-send (the only source of duplicates), and a crash
+    after it leaves nothing half done.
+    """
+    topics = sorted(set(locked) | {c.topic for c in sessions} | set(errors))
+    with claims.db.transaction() as cur:
+        cur.execute(HOLD_OWNED, (topics, claims.token))
+        owned = {r["topic"] for r in cur.fetchall()}
+        cur.execute(
+            FINISH_SESSIONS,
+            {
+                "sessions": [c.session_id for c in sessions],
+                "owned": sorted(owned),
+                "token": claims.token,
+                "source": claims.source_name,
+            },
+        )
+        staged = cur.fetchall()
+        cur.execute(ABANDON_OWN_SESSIONS, (sorted(owned), claims.token))
+        cur.execute(RELEASE, (sorted(owned - errors.keys()), claims.token))
+        for topic in sorted(owned & errors.keys()):
+            cur.execute(REGISTER_ERROR, locks.error_params(topic, errors[topic]))
+    return Finished(
+        owned=owned,
+        lost=set(topics) - owned,
+        published=sum(r["rows"] for r in staged if r["outcome"] == "published"),
+        compacted=sum(r["rows"] for r in staged if r["outcome"] == "compacted"),
+    )

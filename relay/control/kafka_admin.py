@@ -1,0 +1,98 @@
+"""What the driver asks Kafka before sending: is it up, do topics exist, which limits apply."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from relay.config import KafkaConfig
+from relay.errors import UnreachableError
+
+log = logging.getLogger(__name__)
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_CONFIG_TTL_S = 60.0
+
+
+def topic_name_problem(topic: str) -> str | None:
+    """Why Kafka would refuse this topic name, or None if it is legal."""
+    if topic in (".", ".."):
+        return f"topic name {topic!r} is not allowed"
+    if not _LEGAL_TOPIC.match(topic):
+        return (
+            f"topic name {topic!r} is illegal: Kafka allows 1-249 characters "
+            "of ASCII letters, digits, '.', '_' and '-'"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    partitions: int
+    max_message_bytes: int
+
+
+def librdkafka_conf(kafka: KafkaConfig) -> dict[str, Any]:
+    conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers}
+    conf.update(kafka.librdkafka_options)
+    return conf
+
+
+class KafkaAdmin:
+    """Topic metadata through confluent-kafka, with topic configs cached for a minute."""
+
+    def __init__(self, kafka: KafkaConfig) -> None:
+        self._kafka = kafka
+        self._client = AdminClient(librdkafka_conf(kafka))
+        self._max_bytes: dict[str, tuple[float, int]] = {}
+
+    def check_reachable(self) -> None:
+        try:
+            md = self._client.list_topics(timeout=self._kafka.admin_timeout_s)
+        except KafkaException as exc:
+            raise UnreachableError(
+                f"cannot reach Kafka at {self._kafka.bootstrap_servers}: {exc.args[0]}"
+            ) from None
+        if not md.brokers:
+            raise UnreachableError(f"cannot reach Kafka at {self._kafka.bootstrap_servers}")
+
+    def describe(self, topics: Collection[str]) -> dict[str, TopicInfo | None]:
+        """Partition count and max.message.bytes per topic; None where the topic is missing."""
+        md = self._client.list_topics(timeout=self._kafka.admin_timeout_s)
+        found: dict[str, TopicInfo | None] = {}
+        present = []
+        for topic in topics:
+            meta = md.topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                found[topic] = None
+            else:
+                present.append((topic, len(meta.partitions)))
+        limits = self._max_message_bytes([t for t, _ in present])
+        for topic, partitions in present:
+            found[topic] = TopicInfo(partitions, limits.get(topic, self._kafka.max_request_size))
+        return found
+
+    def _max_message_bytes(self, topics: list[str]) -> dict[str, int]:
+        now = time.monotonic()
+        stale = [t for t in topics if now - self._max_bytes.get(t, (-1e9, 0))[0] > _CONFIG_TTL_S]
+        if stale:
+            resources = [ConfigResource(ResourceType.TOPIC, t) for t in stale]
+            futures = self._client.describe_configs(
+                resources, request_timeout=self._kafka.admin_timeout_s
+            )
+            for resource, future in futures.items():
+                try:
+                    entry = future.result().get("max.message.bytes")
+                except KafkaException as exc:
+                    log.warning("cannot read max.message.bytes of %s: %s", resource.name, exc)
+                    continue
+                if entry is not None and entry.value is not None:
+                    self._max_bytes[resource.name] = (now, int(entry.value))
+        return {t: self._max_bytes[t][1] for t in topics if t in self._max_bytes}

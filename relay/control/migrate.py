@@ -1,0 +1,78 @@
+"""Applies the versioned SQL files under schemas/, idempotently and safely in parallel."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from relay.control.db import Database
+from relay.errors import DatabaseError, MigrationError
+
+log = logging.getLogger(__name__)
+
+SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+# Any constant works; it only has to be the same for every relay that migrates.
+MIGRATION_LOCK_KEY = 7_301_455_122
+
+CREATE_HISTORY = """
+CREATE TABLE IF NOT EXISTS relay_schema_migrations (
+    version    integer     PRIMARY KEY,
+    name       varchar     NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+TAKE_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+APPLIED = "SELECT version FROM relay_schema_migrations"
+RECORD = "INSERT INTO relay_schema_migrations (version, name) VALUES (%s, %s)"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def discover(directory: Path = SCHEMAS_DIR) -> list[Migration]:
+    if not directory.is_dir():
+        raise MigrationError(f"schema directory not found: {directory}")
+    found = []
+    for path in sorted(directory.glob("*.sql")):
+        match = _FILE.match(path.name)
+        if not match:
+            raise MigrationError(f"schema file name must be NNNN_name.sql: {path.name}")
+        found.append(Migration(int(match[1]), match[2], path.read_text(encoding="utf-8")))
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise MigrationError("two schema files share a version number")
+    return found
+
+
+def migrate(db: Database, directory: Path = SCHEMAS_DIR) -> list[str]:
+    """Apply what is missing, in one transaction under an advisory lock; return their names.
+
+    A second migrate running at the same time waits on the lock, then finds
+    everything applied. DDL is transactional in PostgreSQL, so a failure applies nothing.
+    """
+    migrations = discover(directory)
+    try:
+        with db.transaction() as cur:
+            cur.execute(TAKE_LOCK, (MIGRATION_LOCK_KEY,))
+            cur.execute(CREATE_HISTORY)
+            cur.execute(APPLIED)
+            applied = {row["version"] for row in cur.fetchall()}
+            done = []
+            for m in migrations:
+                if m.version in applied:
+                    continue
+                log.info("applying migration %04d_%s", m.version, m.name)
+                cur.execute(m.sql)
+                cur.execute(RECORD, (m.version, m.name))
+                done.append(f"{m.version:04d}_{m.name}")
+            return done
+    except DatabaseError as exc:
+        raise MigrationError(f"migration failed: {exc}") from exc

@@ -1,0 +1,91 @@
+"""Which topics have rows waiting, and whether this relay may work on them now."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from relay.control.db import Database
+
+# Distinct topics by a loose index scan over (topic, id): one index probe per topic
+# instead of a scan of the whole queue. `bound` limits it to rows with id <= bound.
+PENDING_TOPICS = """
+WITH RECURSIVE t AS (
+    (SELECT topic FROM kafka_messages ORDER BY topic LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.topic FROM kafka_messages m WHERE m.topic > t.topic
+            ORDER BY m.topic LIMIT 1)
+    FROM t WHERE t.topic IS NOT NULL
+)
+SELECT t.topic,
+       CASE
+         WHEN i.locked_by IS NOT NULL
+              AND coalesce(i.locked_at, '-infinity')
+                  >= now() AT TIME ZONE 'UTC' - make_interval(secs => %(timeout)s)
+           THEN 'locked'
+         WHEN i.error
+              AND coalesce(i.next_retry_at, i.locked_at + interval '60 seconds', '-infinity')
+                  > now() AT TIME ZONE 'UTC'
+           THEN 'backoff'
+         ELSE 'ready'
+       END AS state,
+       i.locked_by, i.last_error, i.retries,
+       greatest(0, extract(epoch FROM coalesce(i.next_retry_at, i.locked_at + interval '60 seconds')
+                              - now() AT TIME ZONE 'UTC'))::float AS retry_in_s,
+       (SELECT count(*) FROM (SELECT 1 FROM kafka_messages m WHERE m.topic = t.topic
+                              AND m.id <= %(bound)s LIMIT 1) x) > 0 AS below_bound
+FROM t
+LEFT JOIN kafka_topic_info i ON i.topic = t.topic
+WHERE t.topic IS NOT NULL
+"""
+
+MAX_ID = "SELECT coalesce(max(id), 0) AS max_id FROM kafka_messages"
+
+
+@dataclass(frozen=True)
+class TopicState:
+    topic: str
+    state: str  # ready | backoff | locked
+    locked_by: str | None
+    last_error: str | None
+    retries: int
+    retry_in_s: float
+    below_bound: bool
+
+
+class TopicFilter:
+    """Include and exclude regexes; a topic must fully match an include and no exclude."""
+
+    def __init__(self, include: Sequence[str], exclude: Sequence[str]) -> None:
+        self._include = [re.compile(p) for p in include]
+        self._exclude = [re.compile(p) for p in exclude]
+
+    def __call__(self, topic: str) -> bool:
+        return any(p.fullmatch(topic) for p in self._include) and not any(
+            p.fullmatch(topic) for p in self._exclude
+        )
+
+
+def pending_topics(
+    db: Database, lock_timeout_s: float, topic_filter: TopicFilter, bound: int | None = None
+) -> list[TopicState]:
+    rows = db.all(PENDING_TOPICS, {"timeout": lock_timeout_s, "bound": bound or 2**63 - 1})
+    return [
+        TopicState(
+            topic=r["topic"],
+            state=r["state"],
+            locked_by=r["locked_by"],
+            last_error=r["last_error"],
+            retries=r["retries"] or 0,
+            retry_in_s=float(r["retry_in_s"] or 0.0),
+            below_bound=bool(r["below_bound"]),
+        )
+        for r in rows
+        if topic_filter(r["topic"])
+    ]
+
+
+def max_id(db: Database) -> int:
+    row = db.one(MAX_ID)
+    return int(row["max_id"]) if row else 0

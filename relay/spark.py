@@ -1,0 +1,47 @@
+"""Builds the SparkSession the relay runs in; the JVM packages come from relay.packages."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from relay.config import Config
+from relay.packages import spark_packages_conf
+
+# Option and property keys whose values must never reach a log line or a plan.
+REDACTION_REGEX = r"(?i)secret|password|passwd|token|access[.]?key|jaas|credential"
+
+
+def base_conf(config: Config) -> dict[str, str]:
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.redaction.regex": REDACTION_REGEX,
+        "spark.sql.redaction.options.regex": r"(?i)url|" + REDACTION_REGEX[4:],
+        # The Python workers that run the streaming source must find our dependencies.
+        "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "spark.sql.streaming.stopTimeout": "60000",
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+    if config.spark.resolve_packages:
+        conf["spark.jars.packages"] = spark_packages_conf()
+    conf.update(config.spark.conf)
+    return conf
+
+
+def build_session(config: Config) -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(config.spark.app_name)
+    if config.spark.master:
+        builder = builder.master(config.spark.master)
+    for key, value in base_conf(config).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

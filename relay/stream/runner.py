@@ -1,0 +1,155 @@
+"""Runs the streaming query: continuous or available-now, with graceful stops and exit codes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from pyspark.sql.streaming.query import StreamingQuery
+
+from relay.config import to_json_without_secrets
+from relay.control.pending import TopicFilter, TopicState, max_id, pending_topics
+from relay.errors import RelayError
+from relay.stream.batch import BatchProcessor, RelayStats
+from relay.stream.source import SOURCE_NAME, OutboxSource
+from relay.stream.stop import StopSignal, forward_jvm_signals
+from relay.wiring import Relay
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_LEFT_OVER = 1
+EXIT_INTERRUPTED = 3
+EXIT_FAILED = 5
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    stats: RelayStats
+    seconds: float
+    left_over: list[TopicState]
+
+
+class LedgerFlusher:
+    """Copies staged ledger records to Delta every interval, off the batches' path."""
+
+    def __init__(self, relay: Relay) -> None:
+        self._relay = relay
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="relay-ledger", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(self._relay.config.ledger.flush_interval_s):
+            self.flush_once()
+
+    def flush_once(self) -> None:
+        try:
+            self._relay.ledger.flush()
+        except Exception as exc:  # the next interval retries; nothing staged is lost
+            log.warning("ledger copy failed, will retry: %s", exc)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self.flush_once()
+
+
+def start_query(relay: Relay, processor: BatchProcessor, available_now: bool) -> StreamingQuery:
+    spark = relay.spark
+    spark.dataSource.register(OutboxSource)
+    writer = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("config", to_json_without_secrets(relay.config))
+        .load()
+        .writeStream.foreachBatch(processor)
+        .option("checkpointLocation", relay.config.relay.checkpoint_path)
+        .queryName(f"outbox-relay:{relay.config.relay.source_name}")
+    )
+    writer = (
+        writer.trigger(availableNow=True)
+        if available_now
+        else writer.trigger(processingTime="0 seconds")
+    )
+    return writer.start()
+
+
+def left_over(relay: Relay, bound: int | None = None) -> list[TopicState]:
+    settings = relay.config.relay
+    topic_filter = TopicFilter(settings.include_topics, settings.exclude_topics)
+    return pending_topics(relay.db, settings.lock_timeout_s, topic_filter, bound)
+
+
+def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> RunResult:
+    stop = stop or StopSignal()
+    started = time.monotonic()
+    bound = max_id(relay.db) if available_now else None
+    forward_jvm_signals(relay.spark, stop)
+    processor = BatchProcessor(relay, stop)
+    flusher = LedgerFlusher(relay)
+    flusher.start()
+    query = start_query(relay, processor, available_now)
+    failed = False
+    watched = _watched_pid()
+    try:
+        while query.isActive:
+            if not stop.requested and not _alive(watched):
+                stop.request("the process that launched the relay is gone")
+            if stop.requested:
+                with stop.between_batches():
+                    query.stop()
+                break
+            query.awaitTermination(1)
+        failed = query.exception() is not None
+    except Exception as exc:
+        log.error("the streaming query failed: %s", exc)
+        failed = True
+    finally:
+        flusher.stop()
+    remaining = _remaining(relay, bound) if bound is not None else []
+    code = _exit_code(available_now, stop.requested, failed, remaining)
+    return RunResult(code, processor.stats, time.monotonic() - started, remaining)
+
+
+def _watched_pid() -> int:
+    """The launcher whose death must stop us: spark-submit's JVM, or our parent."""
+    return int(os.environ.get("RELAY_WATCH_PID") or os.getppid())
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 1:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remaining(relay: Relay, bound: int) -> list[TopicState]:
+    """Topics that still hold rows which existed when the drain started."""
+    try:
+        return [s for s in left_over(relay, bound) if s.below_bound]
+    except RelayError as exc:
+        log.error("cannot tell what is left in the outbox: %s", exc)
+        return []
+
+
+def _exit_code(
+    available_now: bool, stopped: bool, failed: bool, remaining: list[TopicState]
+) -> int:
+    if failed:
+        return EXIT_FAILED
+    if not available_now:
+        return EXIT_OK
+    if not remaining:
+        return EXIT_OK
+    return EXIT_INTERRUPTED if stopped else EXIT_LEFT_OVER

@@ -1,0 +1,85 @@
+"""Graceful stop: signal handlers only set a flag; the query stops between batches.
+
+Calling query.stop() from a handler deadlocks py4j, and stop() cancels a running
+batch, so the runner takes `between_batches()` (held by every batch body) first.
+A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EXIT_AT_ONCE = 130
+
+
+class StopSignal:
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._batch = threading.Lock()
+        self._signals = 0
+        self._count_lock = threading.Lock()
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    def request(self, why: str) -> None:
+        with self._count_lock:
+            self._signals += 1
+            second = self._signals > 1
+        if second:
+            log.error("second stop signal (%s): exiting at once", why)
+            os._exit(EXIT_AT_ONCE)
+        log.warning("stop requested (%s): finishing the batch in flight", why)
+        self._event.set()
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.request(signal.Signals(signum).name)
+
+    @contextmanager
+    def between_batches(self) -> Iterator[None]:
+        with self._batch:
+            yield
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout)
+
+
+class JvmSignalForwarder:
+    """Implements sun.misc.SignalHandler through py4j, so a TERM or INT that reaches the
+    driver JVM (spark-submit's own process, or a process-group signal) stops the relay
+    gracefully instead of running the JVM's shutdown hooks under a batch in flight."""
+
+    def __init__(self, stop: StopSignal) -> None:
+        self._stop = stop
+
+    def handle(self, sig: Any) -> None:
+        self._stop.request(f"SIG{sig.getName()} to the JVM")
+
+    class Java:
+        implements = ["sun.misc.SignalHandler"]
+
+
+def forward_jvm_signals(spark: Any, stop: StopSignal) -> None:
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    ensure_callback_server_started(spark.sparkContext._gateway)
+    jvm = spark.sparkContext._jvm
+    forwarder = JvmSignalForwarder(stop)
+    for name in ("TERM", "INT"):
+        try:
+            jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), forwarder)
+        except Exception as exc:  # the JVM may refuse a signal it reserves
+            log.warning("cannot forward SIG%s from the JVM: %s", name, exc)

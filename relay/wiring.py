@@ -1,0 +1,61 @@
+"""The one place that wires the relay's parts together. Nothing connects at import time."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from relay.config import Config
+from relay.control.claims import Claims
+from relay.control.db import Database
+from relay.control.kafka_admin import KafkaAdmin
+from relay.control.locks import Backoff, TopicLocks
+from relay.ledger.delta import Ledger
+
+
+def fencing_token(source_name: str) -> str:
+    """Unique per process: relays that share a source name still fence each other."""
+    return f"{source_name}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class Relay:
+    config: Config
+    spark: SparkSession
+    token: str
+    db: Database
+    locks: TopicLocks
+    heartbeat_locks: TopicLocks
+    claims: Claims
+    admin: KafkaAdmin
+    ledger: Ledger
+
+    def close(self) -> None:
+        for db in (self.db, self.heartbeat_locks.db, self.ledger.db):
+            db.close()
+
+
+def build_relay(config: Config, spark: SparkSession) -> Relay:
+    relay = config.relay
+    token = fencing_token(relay.source_name)
+    backoff = Backoff(relay.backoff_base_s, relay.backoff_max_s)
+    db = Database(config.postgres, "outbox-relay")
+    # The heartbeat thread and the ledger copier each get their own connection:
+    # a psycopg2 connection must not be shared by threads mid-transaction.
+    heartbeat_db = Database(config.postgres, "outbox-relay-heartbeat")
+    ledger_db = Database(config.postgres, "outbox-relay-ledger")
+    return Relay(
+        config=config,
+        spark=spark,
+        token=token,
+        db=db,
+        locks=TopicLocks(db, token, relay.lock_timeout_s, backoff),
+        heartbeat_locks=TopicLocks(heartbeat_db, token, relay.lock_timeout_s, backoff),
+        claims=Claims(db, token, relay.header_prefix, relay.source_name),
+        admin=KafkaAdmin(config.kafka),
+        ledger=Ledger(spark, config, ledger_db),
+    )
