@@ -1,14 +1,15 @@
 """Every external artifact version the relay depends on, in one place.
 
 pyspark and delta-spark are pinned in pyproject.toml; the JVM packages below must
-match them (delta-spark 4.4.1 is built for Spark 4.2 / Scala 2.13).
+match them. delta-spark 4.4.0 is built for Spark 4.2 / Scala 2.13; the 4.4.1 jar is not
+published, so the Python and JVM sides are both pinned to 4.4.0.
 """
 
 from __future__ import annotations
 
 SPARK_VERSION = "4.2.0"
 SCALA_BINARY = "2.13"
-DELTA_VERSION = "4.4.1"
+DELTA_VERSION = "4.4.0"
 POSTGRES_JDBC_VERSION = "42.7.8"
 KAFKA_BROKER_VERSION = "4.1.1"
 

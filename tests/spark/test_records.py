@@ -1,0 +1,101 @@
+"""to_kafka_records on tiny inline data, compared with chispa."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from relay.data.partitioning import partition_for
+from relay.data.records import KAFKA_RECORD_COLUMNS, in_key_order, to_kafka_records
+from relay.ledger.delta import LEDGER_COLUMNS, explode_staging
+
+pytestmark = pytest.mark.spark
+
+CLAIMED_SCHEMA = (
+    "id bigint, topic string, message binary, key binary, partition_key string, "
+    "created_at timestamp, headers string"
+)
+CREATED = dt.datetime(2026, 1, 2, 3, 4, 5, 678901)
+P = "outbox-relay."
+
+
+def _claimed(spark: SparkSession, rows: list[tuple[object, ...]]) -> DataFrame:
+    return spark.createDataFrame(rows, CLAIMED_SCHEMA)
+
+
+def _records(df: DataFrame, partitioner: str = "murmur2") -> DataFrame:
+    return df.transform(
+        to_kafka_records,
+        source_name="src",
+        header_prefix=P,
+        partitioner=partitioner,
+        partition_counts={"t": 4, "u": 3},
+    )
+
+
+def _reserved(i: int) -> list[tuple[str, bytes]]:
+    return [
+        (P + "id", str(i).encode()),
+        (P + "source", b"src"),
+        (P + "created-at", b"2026-01-02T03:04:05.678901Z"),
+    ]
+
+
+def test_records_schema_headers_and_tombstone(spark: SparkSession) -> None:
+    claimed = _claimed(
+        spark,
+        [
+            (1, "t", b"v1", b"k1", None, CREATED, '{"trace": "abc"}'),
+            (2, "t", None, b"k1", None, CREATED, None),
+        ],
+    )
+    out = _records(claimed)
+    assert tuple(out.columns) == KAFKA_RECORD_COLUMNS
+    expected = spark.createDataFrame(
+        [
+            ("t", b"k1", b"v1", [*_reserved(1), ("trace", b"abc")], None),
+            ("t", b"k1", None, _reserved(2), None),
+        ],
+        "topic string, key binary, value binary, "
+        "headers array<struct<key:string,value:binary>>, partition int",
+    )
+    assert_df_equality(out, expected, ignore_nullable=True)
+
+
+def test_partition_key_decides_partition(spark: SparkSession) -> None:
+    claimed = _claimed(
+        spark,
+        [
+            (1, "t", b"v", b"k", "customer-9", CREATED, None),
+            (2, "u", b"v", b"k", None, CREATED, None),
+        ],
+    )
+    murmur = [r.partition for r in _records(claimed).orderBy("topic").collect()]
+    assert murmur == [partition_for("murmur2", b"customer-9", 4), None]
+    crc = [r.partition for r in _records(claimed, "crc32").orderBy("topic").collect()]
+    assert crc == [partition_for("crc32", b"customer-9", 4), partition_for("crc32", b"k", 3)]
+
+
+def test_in_key_order_sorts_each_task_by_id(spark: SparkSession) -> None:
+    rows = [(i, "t", b"v", b"k", None, CREATED, None) for i in (5, 3, 9, 1)]
+    ordered = _claimed(spark, rows).coalesce(1).transform(in_key_order)
+    assert [r.id for r in ordered.collect()] == [1, 3, 5, 9]
+
+
+def test_explode_staging_one_row_per_message(spark: SparkSession) -> None:
+    staged = spark.createDataFrame(
+        [(7, "s-1", "t", "published", [3, 4], "src", CREATED)],
+        "copy_batch bigint, session_id string, topic string, outcome string, ids array<bigint>, "
+        "source string, relayed_at timestamp",
+    )
+    out = staged.transform(explode_staging)
+    assert tuple(out.columns) == LEDGER_COLUMNS
+    expected = spark.createDataFrame(
+        [("t", i, "published", "s-1", "src", CREATED, 7) for i in (3, 4)],
+        "topic string, message_id bigint, outcome string, session_id string, source string, "
+        "relayed_at timestamp, copy_batch bigint",
+    )
+    assert_df_equality(out, expected, ignore_nullable=True)
