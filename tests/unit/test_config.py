@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from relay.config import (
+    build_config,
+    from_json_without_secrets,
+    load_config,
+    to_json_without_secrets,
+)
+from relay.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_local_profile_loads() -> None:
+    config = load_config(REPO / "conf" / "local.toml", env={})
+    assert config.relay.partitioner == "murmur2"
+    assert config.postgres.sslmode == "disable"
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"relay": {"batch_sizee": 5}}, "relay.batch_sizee"),
+        ({"relay": {"batch_size": "many"}}, "relay.batch_size"),
+        ({"relay": {"partitioner": "random"}}, "relay.partitioner"),
+        ({"kafka": {"bootstrap": "x"}}, "kafka.bootstrap"),
+        ({"relay": {"include_topics": ["("]}}, "relay.include_topics"),
+        ({"postgres": {"url": "mysql://x"}}, "postgres.url"),
+        ({"nope": {}}, "nope"),
+    ],
+)
+def test_invalid_config_names_the_key(data: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_config(data, env={})
+    assert f"invalid config key {key}:" in str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_profile_may_not_hold_a_password() -> None:
+    with pytest.raises(ConfigError, match="postgres.password"):
+        build_config({"postgres": {"password": "hunter2"}}, env={})
+
+
+def test_password_moves_out_of_the_url() -> None:
+    env = {"RELAY_POSTGRES_URL": "postgresql://app:s%40cret@db.internal:6543/outbox?sslmode=require"}
+    pg = build_config({}, env=env).postgres
+    assert pg.password is not None and pg.password.get_secret_value() == "s@cret"
+    assert "s@cret" not in pg.url and "cret" not in pg.jdbc_url
+    assert (pg.host, pg.port, pg.database, pg.user, pg.sslmode) == (
+        "db.internal", 6543, "outbox", "app", "require")
+    assert pg.where() == "db.internal:6543/outbox"
+
+
+def test_password_env_and_overrides() -> None:
+    env = {
+        "RELAY_POSTGRES_PASSWORD": "pw",
+        "RELAY_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1234",
+        "RELAY_LEDGER_PATH": "/data/ledger",
+    }
+    config = build_config({}, env=env)
+    assert config.postgres.password is not None
+    assert config.postgres.password.get_secret_value() == "pw"
+    assert config.kafka.bootstrap_servers == "127.0.0.1:1234"
+    assert config.ledger.path == "/data/ledger"
+
+
+def test_json_for_other_processes_carries_no_secret() -> None:
+    config = build_config({}, env={"RELAY_POSTGRES_PASSWORD": "pw-123"})
+    text = to_json_without_secrets(config)
+    assert "pw-123" not in text
+    again = from_json_without_secrets(text, env={"RELAY_POSTGRES_PASSWORD": "pw-123"})
+    assert again.postgres.password is not None
+    assert again.postgres.password.get_secret_value() == "pw-123"
+
+
+def test_kafka_options_resolve_env_references(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_JAAS", "secret-jaas")
+    config = build_config({"kafka": {"java_options": {"sasl.jaas.config": "env:MY_JAAS"}}}, env={})
+    assert config.kafka.java_options["sasl.jaas.config"] == "secret-jaas"
+    monkeypatch.delenv("MY_JAAS")
+    with pytest.raises(ConfigError, match="kafka.java_options"):
+        build_config({"kafka": {"java_options": {"sasl.jaas.config": "env:MY_JAAS"}}}, env={})
+
+
+def test_missing_and_broken_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "none.toml", env={})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[relay\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad, env={})
