@@ -105,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     from relay.stream.stop import StopSignal
 
     stop = StopSignal()

@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     stack_cli.register(sub)
+    sub.choices["stack"].set_defaults(fn=stack_cli.run)
     sub.add_parser("migrate", help="apply the schema (idempotent)").set_defaults(fn=_cmd_migrate)
     sub.add_parser("packages", help="print the Spark packages").set_defaults(fn=_cmd_packages)
     sub.add_parser("topics", help="topics with rows waiting").set_defaults(fn=_cmd_topics)

@@ -199,7 +199,7 @@ class BatchProcessor:
 
     def _jvm_alive(self) -> bool:
         try:
-            jvm: Any = self.relay.spark.sparkContext._jvm
-            return not jvm.org.apache.spark.SparkContext.getActive().isEmpty()
+            jsc: Any = self.relay.spark.sparkContext._jsc
+            return not jsc.sc().isStopped()
         except Exception:
             return False
