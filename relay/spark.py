@@ -26,6 +26,8 @@ def base_conf(config: Config) -> dict[str, str]:
         # The Python workers that run the streaming source must find our dependencies.
         "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
         "spark.sql.streaming.stopTimeout": "60000",
+        # Small ledger tables: the default 50 snapshot partitions cost 50 tasks per read.
+        "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }

@@ -1,0 +1,52 @@
+"""`stack up|down|env`: the local PostgreSQL + Kafka stack from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from relay import stack
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "stack",
+        help="run the local PostgreSQL and Kafka stack",
+        description="Start, stop or locate the local PostgreSQL + Kafka stack.",
+    )
+    commands = parser.add_subparsers(dest="stack_command", metavar="{up,down,env}")
+    commands.required = True
+    commands.add_parser("up", help="start the stack (if needed) and print its export lines")
+    commands.add_parser("down", help="stop the services the stack started")
+    commands.add_parser("env", help="print the export lines of the running stack")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.stack_command == "up":
+            if stack.status() is None:
+                # stdout stays clean for `eval "$(... stack up)"`.
+                print(
+                    "starting the local stack (the first run downloads Kafka)...", file=sys.stderr
+                )
+            _print_env(stack.up())
+        elif args.stack_command == "down":
+            stack.down()
+        elif args.stack_command == "env":
+            info = stack.status()
+            if info is None:
+                print("error: the local stack is not up (run `stack up`)", file=sys.stderr)
+                return 1
+            _print_env(info)
+        else:
+            print(f"error: unknown stack command {args.stack_command!r}", file=sys.stderr)
+            return 2
+    except stack.StackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_env(info: stack.StackInfo) -> None:
+    for line in info.env_lines():
+        print(line)

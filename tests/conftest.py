@@ -1,0 +1,27 @@
+"""Session-wide fixtures shared by every test suite."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+import relay.stack
+from relay.stack import StackInfo
+
+pytest_plugins = ["tests.spark_session"]
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[StackInfo]:
+    """The shared local PostgreSQL + Kafka stack, started on demand.
+
+    A stack that was already up (e.g. via `stack up`) is left running; one this
+    session started is stopped at the end unless RELAY_KEEP_STACK=1.
+    """
+    was_up = relay.stack.status() is not None
+    info = relay.stack.up()
+    yield info
+    if not was_up and os.environ.get("RELAY_KEEP_STACK") != "1":
+        relay.stack.down()

@@ -1,0 +1,112 @@
+"""Integration fixtures: a fresh database per test on the shared stack, and a relay runner."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pytest
+from pyspark.sql import SparkSession
+
+from relay.config import Config, build_config
+from relay.control.db import Database
+from relay.control.migrate import migrate
+from relay.stack import StackInfo
+from relay.stream.runner import RunResult, run
+from relay.stream.stop import StopSignal
+from relay.wiring import Relay, build_relay
+
+pytestmark = pytest.mark.integration
+
+
+def _admin_url(stack: StackInfo, database: str) -> str:
+    base, _, _ = stack.postgres_url.rpartition("/")
+    return f"{base}/{database}"
+
+
+@pytest.fixture
+def database_url(stack: StackInfo) -> Iterator[str]:
+    """A database of its own for each test, migrated: its own kafka_messages and friends."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = psycopg2.connect(stack.postgres_url)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')  # a generated identifier, not user input
+    url = _admin_url(stack, name)
+    yield url
+    with admin.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+@pytest.fixture
+def migrated_url(database_url: str) -> str:
+    config = build_config({"postgres": {"url": database_url}}, env={})
+    db = Database(config.postgres)
+    try:
+        migrate(db)
+    finally:
+        db.close()
+    return database_url
+
+
+ConfigFactory = Callable[..., Config]
+
+
+@pytest.fixture
+def make_config(stack: StackInfo, migrated_url: str, tmp_path: Path) -> ConfigFactory:
+    """Short timeouts and private paths; keyword sections override the defaults."""
+
+    def factory(topics: list[str] | None = None, name: str = "relay", **sections: Any) -> Config:
+        data: dict[str, Any] = {
+            "postgres": {"url": migrated_url, "sslmode": "disable"},
+            "kafka": {"bootstrap_servers": stack.kafka_bootstrap, "delivery_timeout_ms": 20000,
+                      "request_timeout_ms": 10000, "admin_timeout_s": 5},
+            "ledger": {"path": str(tmp_path / "ledger"), "flush_interval_s": 2},
+            "relay": {
+                "source_name": f"test-{name}",
+                "checkpoint_path": str(tmp_path / f"checkpoint-{name}"),
+                "poll_interval_s": 0.1,
+                "lock_timeout_s": 20,
+                "heartbeat_interval_s": 2,
+                "backoff_base_s": 0.5,
+                "backoff_max_s": 2,
+                "available_now_deadline_s": 5,
+                "include_topics": [t.replace(".", "\\.") for t in topics] if topics else [".*"],
+            },
+        }
+        for section, values in sections.items():
+            data.setdefault(section, {}).update(values)
+        return build_config(data, env={})
+
+    return factory
+
+
+RelayRunner = Callable[..., RunResult]
+
+
+@pytest.fixture
+def run_relay(spark: SparkSession) -> Iterator[RelayRunner]:
+    """Runs a relay in this process on the shared SparkSession, available-now by default."""
+    relays: list[Relay] = []
+
+    def runner(config: Config, available_now: bool = True,
+               stop: StopSignal | None = None) -> RunResult:
+        relay = build_relay(config, spark)
+        relays.append(relay)
+        return run(relay, available_now, stop)
+
+    yield runner
+    for relay in relays:
+        relay.close()
+
+
+def run_in_thread(fn: Callable[[], RunResult]) -> tuple[threading.Thread, list[RunResult]]:
+    results: list[RunResult] = []
+    thread = threading.Thread(target=lambda: results.append(fn()), daemon=True)
+    thread.start()
+    return thread, results

@@ -1,0 +1,125 @@
+"""End to end on the real stack: what a consumer receives is what the outbox held."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+from pyspark.sql import SparkSession
+
+from relay.config import build_config
+from relay.control.db import Database
+from relay.ledger.delta import Ledger
+from relay.stack import StackInfo
+from relay.stream.runner import EXIT_OK
+from tests.integration.conftest import ConfigFactory, RelayRunner
+from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_message_delivered_in_key_order_and_outbox_emptied(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    spark: SparkSession,
+) -> None:
+    topics = {unique("orders"): 3, unique("users"): 2}
+    create_topics(stack.kafka_bootstrap, topics)
+    rng = random.Random(1)
+    names = list(topics)
+    transactions = [
+        [Msg(names[rng.randrange(2)], f"k{rng.randrange(40)}".encode(), f"v{t}-{i}".encode())
+         for i in range(rng.randrange(1, 12))]
+        for t in range(300)
+    ]
+    ids = insert(migrated_url, transactions)
+    config = make_config(list(topics), relay={"batch_size": 500, "read_partitions": 2})
+
+    result = run_relay(config)
+
+    assert result.exit_code == EXIT_OK
+    got = consume(stack.kafka_bootstrap, names, expect=len(ids))
+    assert sorted(r.outbox_id for r in got) == sorted(ids), "lost or duplicated"
+    assert sum(result.stats.published.values()) == len(ids)
+    # Per key, ids arrive in increasing order (each key maps to one partition).
+    by_key: dict[tuple[str, bytes | None], list[tuple[int, int, int]]] = defaultdict(list)
+    for r in got:
+        by_key[(r.topic, r.key)].append((r.partition, r.offset, r.outbox_id))
+    for key, seen in by_key.items():
+        assert len({p for p, _, _ in seen}) == 1, f"key {key} spread over partitions"
+        in_log_order = [i for _, _, i in sorted(seen)]
+        assert in_log_order == sorted(in_log_order), f"key {key} out of order"
+    assert query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0
+    assert query(migrated_url, "SELECT count(*) FROM relay_sessions")[0][0] == 0
+    # The ledger answers for every delivered message, exactly once each.
+    ledger = Ledger(spark, config, Database(config.postgres))
+    ledger.flush()
+    rows = ledger.table().select("topic", "message_id", "outcome").collect()
+    assert sorted(r.message_id for r in rows) == sorted(ids)
+    assert {r.outcome for r in rows} == {"published"}
+    sample = got[0]
+    entries = ledger.lookup(sample.topic, sample.outbox_id)
+    assert [(e.outcome, e.where) for e in entries] == [("published", "delta")]
+    assert ledger.lookup(sample.topic, 10**12) == []
+
+
+def test_headers_tombstones_and_partition_keys(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner
+) -> None:
+    topic = unique("hdr")
+    create_topics(stack.kafka_bootstrap, {topic: 4})
+    ids = insert(migrated_url, [[
+        Msg(topic, b"k1", b"hello", headers={"trace-id": "t-1", "tenant": "ünï"}),
+        Msg(topic, b"k1", None),
+        Msg(topic, None, b"keyless"),
+    ]])
+    result = run_relay(make_config([topic], relay={"source_name": "hdr-source"}))
+    assert result.exit_code == EXIT_OK
+    got = sorted(consume(stack.kafka_bootstrap, [topic], expect=3), key=lambda r: r.outbox_id)
+    assert [r.outbox_id for r in got] == ids
+    first, tomb, keyless = got
+    assert first.value == b"hello" and first.key == b"k1"
+    assert first.headers["trace-id"] == b"t-1"
+    assert first.headers["tenant"] == "ünï".encode()
+    assert first.headers["outbox-relay.source"] == b"hds-source".replace(b"hds", b"hdr")
+    created = first.headers["outbox-relay.created-at"].decode()
+    assert created.endswith("Z") and created[:2] == "20"
+    assert tomb.value is None and tomb.key == b"k1"
+    assert keyless.key is None and keyless.value == b"keyless"
+
+
+def test_missing_and_illegal_topics_error_while_others_flow_then_recover(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner
+) -> None:
+    good, missing = unique("good"), unique("missing")
+    evil = "it's; DROP TABLE kafka_messages;--"
+    create_topics(stack.kafka_bootstrap, {good: 1})
+    insert(migrated_url, [[Msg(missing, b"k", b"m1")], [Msg(evil, b"k", b"e1")],
+                          [Msg(good, b"k", b"g1")], [Msg(missing, b"k", b"m2")]])
+    config = make_config([good, missing, evil.replace("'", "'")],
+                         relay={"include_topics": [".*"], "available_now_deadline_s": 2})
+
+    first = run_relay(config)
+
+    assert first.exit_code != EXIT_OK
+    assert {s.topic for s in first.left_over} == {missing, evil}
+    assert len(consume(stack.kafka_bootstrap, [good], expect=1)) == 1
+    info = dict((t, (err, retries, last)) for t, err, retries, last in query(
+        migrated_url, "SELECT topic, error, retries, last_error FROM kafka_topic_info"))
+    assert info[missing][0] is True and "does not exist" in info[missing][2]
+    assert info[evil][0] is True and "illegal" in info[evil][2]
+    assert query(migrated_url, "SELECT count(*) FROM kafka_messages WHERE topic = %s",
+                 (missing,))[0][0] == 2
+
+    create_topics(stack.kafka_bootstrap, {missing: 1})
+    second = run_relay(build_config(
+        {**config.model_dump(mode="json", exclude={"postgres": {"password"}}),
+         "relay": {**config.relay.model_dump(mode="json"), "exclude_topics": [".*DROP.*"],
+                   "checkpoint_path": config.relay.checkpoint_path + "-2"}}, env={}))
+
+    assert second.exit_code == EXIT_OK
+    got = consume(stack.kafka_bootstrap, [missing], expect=2)
+    assert [r.value for r in sorted(got, key=lambda r: r.outbox_id)] == [b"m1", b"m2"]
+    row = query(migrated_url, "SELECT error, retries, last_error FROM kafka_topic_info "
+                "WHERE topic = %s", (missing,))[0]
+    assert row == (False, 0, None)
