@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from relay.config import Config, load_config
 from relay.control.db import Database
@@ -70,6 +71,11 @@ def reexec_without_spark_submit_if_needed(config: Config) -> None:
     if all(pkg.split(":")[1] in present for pkg in SPARK_PACKAGES):
         return
     log.info("spark-submit lacks %s; relaunching the driver to resolve them", spark_packages_conf())
+    # spark-submit's JVM stays our parent and passes our exit code on; it must outlive a
+    # TERM or INT to the process group so that code is the one of the graceful stop.
+    jvm: Any = SparkContext._jvm
+    for name in ("TERM", "INT"):
+        jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), jvm.sun.misc.SignalHandler.SIG_IGN)
     env = {k: v for k, v in os.environ.items() if k not in _GATEWAY_ENV}
     env["RELAY_WATCH_PID"] = str(os.getppid())
     os.execve(sys.executable, [sys.executable, *sys.argv], env)

@@ -9,6 +9,7 @@ which shares no memory with foreachBatch; it has its own connection.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -29,6 +30,16 @@ SOURCE_NAME = "outbox"
 _MAX_WAIT_S = 2.0
 
 
+def _ignore_stop_signals() -> None:
+    """A TERM to the process group must stop the relay gracefully, not kill this worker
+    under the query (the JVM ends the worker itself when the query stops)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the worker's main thread: nothing to protect
+            return
+
+
 class OutboxSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -43,6 +54,7 @@ class OutboxSource(DataSource):
 
 class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, Any]) -> None:
+        _ignore_stop_signals()
         self._config = from_json_without_secrets(options["config"])
         relay = self._config.relay
         self._poll_s = relay.poll_interval_s

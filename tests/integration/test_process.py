@@ -1,0 +1,112 @@
+"""The relay as a real spark-submit process: crashes and signals lose nothing."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from relay.stack import StackInfo
+from relay.stream.runner import EXIT_INTERRUPTED, EXIT_OK
+from tests.integration.conftest import ConfigFactory, RelayRunner
+from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
+from tests.integration.process import kill_group, signal_group, spark_submit, write_profile
+
+pytestmark = pytest.mark.integration
+
+
+def _outbox(url: str, topics: list[str], n: int) -> list[int]:
+    return insert(url, [[Msg(topics[i % len(topics)], f"k{i % 17}".encode(), f"v{i}".encode())
+                         for i in range(j, min(n, j + 50))] for j in range(0, n, 50)])
+
+
+def _wait_for(predicate: object, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_crash_between_ack_and_delete_resends_at_most_that_session(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    tmp_path: Path,
+) -> None:
+    topics = [unique("crash-a"), unique("crash-b")]
+    create_topics(stack.kafka_bootstrap, {t: 2 for t in topics})
+    ids = _outbox(migrated_url, topics, 1000)
+    # The crashed process keeps its locks until they expire; the restart waits that out.
+    config = make_config(topics, relay={"batch_size": 150, "lock_timeout_s": 6,
+                                        "available_now_deadline_s": 40})
+    profile = write_profile(config, tmp_path / "relay.toml")
+
+    crashed = spark_submit(profile, "--available-now", env={"RELAY_FAILPOINTS": "after_ack"},
+                           log=tmp_path / "crashed.log")
+    assert crashed.wait(timeout=240) == -signal.SIGKILL
+    in_flight = {i for (ids_,) in query(migrated_url, "SELECT ids FROM relay_sessions")
+                 for i in ids_}
+    assert 0 < len(in_flight) <= 2 * 150
+    assert query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == len(ids)
+
+    result = run_relay(config)
+
+    assert result.exit_code == EXIT_OK
+    got = Counter(r.outbox_id for r in consume(stack.kafka_bootstrap, topics, expect=len(ids)))
+    assert set(got) == set(ids), "a message was lost"
+    duplicated = {i for i, n in got.items() if n > 1}
+    assert duplicated <= in_flight, "duplicates only from the session in flight at the crash"
+    assert all(n <= 2 for n in got.values())
+    assert query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0
+
+
+def test_sigterm_in_continuous_mode_finishes_the_batch_and_exits_zero(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, tmp_path: Path
+) -> None:
+    topics = [unique("term")]
+    create_topics(stack.kafka_bootstrap, {topics[0]: 2})
+    ids = _outbox(migrated_url, topics, 500)
+    config = make_config(topics, relay={"batch_size": 100})
+    proc = spark_submit(write_profile(config, tmp_path / "relay.toml"), log=tmp_path / "term.log")
+    try:
+        remaining = lambda: query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0]  # noqa: E731
+        assert _wait_for(lambda: remaining() == 0, 240), (tmp_path / "term.log").read_text()[-3000:]
+        signal_group(proc, signal.SIGTERM)
+        assert proc.wait(timeout=90) == EXIT_OK
+    finally:
+        kill_group(proc)
+    got = consume(stack.kafka_bootstrap, topics, expect=len(ids))
+    assert sorted(r.outbox_id for r in got) == sorted(ids)
+    assert query(migrated_url, "SELECT count(*) FROM kafka_topic_info "
+                 "WHERE locked_by IS NOT NULL")[0][0] == 0
+
+
+def test_sigterm_interrupting_a_drain_exits_non_zero_and_loses_nothing(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    tmp_path: Path,
+) -> None:
+    topics = [unique("drain")]
+    create_topics(stack.kafka_bootstrap, {topics[0]: 1})
+    ids = _outbox(migrated_url, topics, 3000)
+    config = make_config(topics, relay={"batch_size": 50})
+    proc = spark_submit(write_profile(config, tmp_path / "relay.toml"), "--available-now",
+                        log=tmp_path / "drain.log")
+    try:
+        remaining = lambda: query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0]  # noqa: E731
+        assert _wait_for(lambda: remaining() < len(ids), 240)
+        signal_group(proc, signal.SIGTERM)
+        assert proc.wait(timeout=90) == EXIT_INTERRUPTED
+    finally:
+        kill_group(proc)
+    left = query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0]
+    assert left > 0
+    assert query(migrated_url, "SELECT count(*) FROM relay_sessions")[0][0] == 0
+    drain_rest = config.model_copy(
+        update={"relay": config.relay.model_copy(update={"batch_size": 10_000})})
+    assert run_relay(drain_rest).exit_code == EXIT_OK
+    got = Counter(r.outbox_id for r in consume(stack.kafka_bootstrap, topics, expect=len(ids)))
+    assert set(got) == set(ids)
+    assert max(got.values()) == 1, "a graceful stop re-sends nothing"
