@@ -60,7 +60,9 @@ def test_partition_expression_matches_reference(
         i: partition_for(partitioner, k, partitions) for i, k in enumerate(keys)  # type: ignore[arg-type]
     }
     if partitioner == "crc32":
-        assert all(partition_for("crc32", k, partitions) == zlib.crc32(k) % partitions for k in keys)
+        assert all(
+            partition_for("crc32", k, partitions) == zlib.crc32(k) % partitions for k in keys
+        )
 
 
 def test_null_key_has_no_partition(spark: SparkSession) -> None:

@@ -41,7 +41,7 @@ def test_invalid_config_names_the_key(data: dict[str, object], key: str) -> None
 
 
 def test_profile_may_not_hold_a_password() -> None:
-    with pytest.raises(ConfigError, match="postgres.password"):
+    with pytest.raises(ConfigError, match=r"postgres\.password"):
         build_config({"postgres": {"password": "hunter2"}}, env={})
 
 
@@ -82,7 +82,7 @@ def test_kafka_options_resolve_env_references(monkeypatch: pytest.MonkeyPatch) -
     config = build_config({"kafka": {"java_options": {"sasl.jaas.config": "env:MY_JAAS"}}}, env={})
     assert config.kafka.java_options["sasl.jaas.config"] == "secret-jaas"
     monkeypatch.delenv("MY_JAAS")
-    with pytest.raises(ConfigError, match="kafka.java_options"):
+    with pytest.raises(ConfigError, match=r"kafka\.java_options"):
         build_config({"kafka": {"java_options": {"sasl.jaas.config": "env:MY_JAAS"}}}, env={})
 
 

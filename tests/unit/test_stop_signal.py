@@ -36,7 +36,11 @@ def test_between_batches_waits_for_the_batch_in_flight() -> None:
     stop = StopSignal()
     order: list[str] = []
     with stop.between_batches():
-        t = threading.Thread(target=lambda: stop.between_batches().__enter__() or order.append("stop"))
+        def stopper() -> None:
+            with stop.between_batches():
+                order.append("stop")
+
+        t = threading.Thread(target=stopper)
         t.start()
         time.sleep(0.05)
         order.append("batch done")
