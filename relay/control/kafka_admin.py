@@ -16,6 +16,7 @@ from relay.config import KafkaConfig
 from relay.errors import UnreachableError
 
 log = logging.getLogger(__name__)
+_client_log = logging.getLogger("relay.librdkafka")
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _CONFIG_TTL_S = 60.0
@@ -31,6 +32,29 @@ def topic_name_problem(topic: str) -> str | None:
             "of ASCII letters, digits, '.', '_' and '-'"
         )
     return None
+
+
+class _ClientLog:
+    """Where the admin client's librdkafka log lines go: Python logging, not raw stderr.
+
+    While no broker answers, librdkafka logs a failed connect (facility FAIL) about 20
+    times a second, so a preflight against a closed port printed some 60 lines before
+    its own one. Those lines go to the ``relay.librdkafka`` logger at DEBUG (the relay
+    reports the outage itself) and the latest is kept for that report; every other line
+    keeps its level. librdkafka queues them until the client is polled.
+    """
+
+    _THREAD = re.compile(r"^\[thrd:[^\]]*\]:\s*")
+
+    def __init__(self) -> None:
+        self.last_failure: str | None = None
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        facility = args[0] if args else ""
+        if facility == "FAIL":
+            self.last_failure = self._THREAD.sub("", str(args[-1]))
+            level = logging.DEBUG
+        _client_log.log(level, fmt, *args)
 
 
 @dataclass(frozen=True)
@@ -50,21 +74,31 @@ class KafkaAdmin:
 
     def __init__(self, kafka: KafkaConfig) -> None:
         self._kafka = kafka
-        self._client = AdminClient(librdkafka_conf(kafka))
+        self._log = _ClientLog()
+        conf: dict[str, Any] = {**librdkafka_conf(kafka), "logger": self._log}
+        self._client = AdminClient(conf)
         self._max_bytes: dict[str, tuple[float, int]] = {}
 
     def check_reachable(self) -> None:
+        self._log.last_failure = None
         try:
             md = self._client.list_topics(timeout=self._kafka.admin_timeout_s)
         except KafkaException as exc:
+            self._client.poll(0)  # hands the queued log lines over, last_failure included
+            error = exc.args[0]
+            reason = error.str() if hasattr(error, "str") else str(error)
+            if self._log.last_failure:
+                reason += f"; last connection error: {self._log.last_failure}"
             raise UnreachableError(
-                f"cannot reach Kafka at {self._kafka.bootstrap_servers}: {exc.args[0]}"
+                f"cannot reach Kafka at {self._kafka.bootstrap_servers}: {reason}"
             ) from None
+        self._client.poll(0)
         if not md.brokers:
             raise UnreachableError(f"cannot reach Kafka at {self._kafka.bootstrap_servers}")
 
     def describe(self, topics: Collection[str]) -> dict[str, TopicInfo | None]:
         """Partition count and max.message.bytes per topic; None where the topic is missing."""
+        self._client.poll(0)
         md = self._client.list_topics(timeout=self._kafka.admin_timeout_s)
         found: dict[str, TopicInfo | None] = {}
         present = []
