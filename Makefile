@@ -1,0 +1,25 @@
+# The two commands of the README. Each sets up what it needs on a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup demo test lint bench faults
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+# Local stack (embedded PostgreSQL + a Kafka broker), schema, demo outbox, drain, summary.
+demo: setup
+	$(VENV)/bin/outbox-relay --config conf/local.toml demo
+
+lint: setup
+	$(VENV)/bin/ruff check relay jobs tests
+	$(VENV)/bin/mypy relay
+
+# The whole suite: lint, then unit, Spark and integration tiers (the stack starts itself).
+test: lint
+	$(PY) -m pytest

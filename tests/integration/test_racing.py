@@ -1,0 +1,75 @@
+"""Two relays on the same topics: never two owners at once, nothing lost, order kept."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import pytest
+
+from relay.stack import StackInfo
+from relay.stream.runner import EXIT_OK
+from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
+from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
+
+pytestmark = pytest.mark.integration
+
+# Test-only: every change of a topic's owner, with the database's clock.
+LOCK_EVENTS = """
+CREATE TABLE lock_events (
+    seq serial PRIMARY KEY, topic varchar, old_owner varchar, new_owner varchar,
+    old_locked_at timestamp, at timestamp DEFAULT (clock_timestamp() AT TIME ZONE 'UTC')
+);
+CREATE FUNCTION record_lock_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.locked_by IS DISTINCT FROM OLD.locked_by THEN
+        INSERT INTO lock_events (topic, old_owner, new_owner, old_locked_at)
+        VALUES (NEW.topic, OLD.locked_by, NEW.locked_by, OLD.locked_at);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER lock_events AFTER UPDATE ON kafka_topic_info
+    FOR EACH ROW EXECUTE FUNCTION record_lock_event();
+"""
+
+
+def test_two_relays_never_both_own_a_topic(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner
+) -> None:
+    query(migrated_url, LOCK_EVENTS)
+    topics = [unique("race-a"), unique("race-b"), unique("race-c")]
+    create_topics(stack.kafka_bootstrap, {t: 2 for t in topics})
+    ids = insert(migrated_url, [
+        [Msg(topics[(t + i) % 3], f"k{(t * 7 + i) % 23}".encode(), f"{t}-{i}".encode())
+         for i in range(10)]
+        for t in range(400)
+    ])
+    configs = [make_config(topics, name=n, relay={"batch_size": 200,
+                                                  "available_now_deadline_s": 180})
+               for n in ("one", "two")]
+
+    runs = [run_in_thread(lambda c=c: run_relay(c)) for c in configs]  # type: ignore[misc]
+    for thread, _ in runs:
+        thread.join(timeout=600)
+    results = [r for _, rs in runs for r in rs]
+
+    assert [r.exit_code for r in results] == [EXIT_OK, EXIT_OK], [r.left_over for r in results]
+    got = consume(stack.kafka_bootstrap, topics, expect=len(ids))
+    counts = Counter(r.outbox_id for r in got)
+    assert set(counts) == set(ids) and max(counts.values()) == 1
+    by_key: dict[tuple[str, bytes | None], list[tuple[int, int]]] = defaultdict(list)
+    for r in got:
+        by_key[(r.topic, r.key)].append((r.offset, r.outbox_id))
+    for seen in by_key.values():
+        in_log_order = [i for _, i in sorted(seen)]
+        assert in_log_order == sorted(in_log_order)
+    # Ownership only ever passes through "nobody": a direct hand-over from one owner to
+    # another would mean a lock was taken while still held.
+    steals = query(migrated_url, "SELECT topic, old_owner, new_owner FROM lock_events "
+                   "WHERE old_owner IS NOT NULL AND new_owner IS NOT NULL")
+    assert steals == []
+    owners = {o for (o,) in query(migrated_url,
+                                  "SELECT DISTINCT new_owner FROM lock_events "
+                                  "WHERE new_owner IS NOT NULL")}
+    assert len(owners) == 2, "both relays took locks"
+    published = sum(sum(r.stats.published.values()) for r in results)
+    assert published == len(ids)
