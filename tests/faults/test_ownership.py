@@ -1,0 +1,234 @@
+"""Scenarios 4 and 5: several relays on the same topics, and a relay whose lock is stolen
+while it is frozen mid-write.
+
+The test-only triggers (harness.RECORDERS) record every change of a topic's owner and,
+inside the very transaction that deletes outbox rows, who held the topic's lock. A
+lock may only pass straight from one process to another once it has expired, and a
+delete must always be done by the holder.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay.stack import StackInfo
+from tests.faults.conftest import Scenario
+from tests.faults.harness import (
+    Outbox,
+    RelayProc,
+    create_topics,
+    outbox_count,
+    ownership,
+    query,
+    read_all,
+    relay_config,
+    relays,
+    sources_connected,
+    start_relay,
+    traffic,
+    unfinished_claims,
+    unique,
+    verdict,
+    wait_until,
+    with_relay,
+)
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration]
+
+
+@pytest.mark.scenario("4-racing-relays")
+def test_three_relays_racing_never_share_a_topic(
+    stack: StackInfo, fault_db: str, tmp_path: Path, scenario: Scenario, long_mode: bool,
+) -> None:
+    n = 60_000 if long_mode else 15_000
+    topics = [unique("race") for _ in range(6)]
+    create_topics(stack.kafka_bootstrap, dict.fromkeys(topics, 2))
+    # One source name for all three: the fencing token must still tell them apart.
+    base = relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=topics,
+                        source_name="fault-race",
+                        relay={"batch_size": 250, "lock_timeout_s": 10,
+                               "heartbeat_interval_s": 2})
+    outbox = Outbox(fault_db)
+    with relays() as procs:
+        for i in range(3):
+            config = with_relay(base, checkpoint_path=str(tmp_path / f"checkpoint-{i}"))
+            procs.append(start_relay(config, tmp_path, f"relay-{i}"))
+        wait_until(lambda: sources_connected(fault_db) == 3, 900, "three relays polling",
+                   diagnose=lambda: "\n".join(p.tail(15) for p in procs))
+        started = time.monotonic()
+        outbox.write(traffic(topics, n, per_tx=20, keys=25, value_bytes=150, seed=4))
+        wait_until(lambda: outbox_count(fault_db) == 0, 900, "the three relays to drain",
+                   diagnose=lambda: "\n".join(p.tail(15) for p in procs))
+        drained = time.monotonic()
+        codes = [p.stop() for p in procs]
+        logs = [p.tail() for p in procs]
+    outbox.close()
+    records = read_all(stack.kafka_bootstrap, topics)
+    v = verdict(outbox, records)
+    owners = ownership(fault_db, base.relay.lock_timeout_s)
+    lock_events = query(fault_db, "SELECT count(*) FROM fault_lock_events")[0][0]
+    per_owner = dict(query(fault_db, "SELECT token, count(DISTINCT xid) FROM fault_fence_events "
+                           "WHERE kind = 'claim' GROUP BY token"))
+    may_repeat = unfinished_claims(fault_db)
+    scenario.update(
+        v.figures(),
+        faults_injected=0,
+        relays=3,
+        drain_s=round(drained - started, 1),
+        lock_events=lock_events,
+        owners=len(owners.owners),
+        batches_per_relay=sorted(per_owner.values()),
+        takeovers_of_expired_locks=len(owners.takeovers),
+        takeovers_of_live_locks=len(owners.live_takeovers),
+        unfenced_deletes=len(owners.unfenced),
+        claims_racing_a_takeover=len(owners.stale_claims),
+        notes=f"3 relays, one source name; {lock_events} lock events, "
+              f"{len(owners.live_takeovers)} takeovers of a live lock, "
+              f"{len(owners.unfenced)} unfenced deletes; batches per relay "
+              f"{sorted(per_owner.values())}",
+    )
+
+    assert codes == [0, 0, 0], "\n".join(logs)
+    assert not owners.live_takeovers, owners.live_takeovers[:5]
+    assert not owners.unfenced, owners.unfenced[:5]
+    assert len(owners.owners) >= 2, "the relays raced: more than one took locks"
+    # Without a fault, a duplicate needs a lock that expired under a relay (a stall).
+    v.assert_clean(max_duplicates=None)
+    assert v.duplicated_ids <= may_repeat
+    if not owners.takeovers:
+        assert v.duplicates == 0
+
+
+def _victim_session(url: str, prefixes: dict[str, str]) -> tuple[str, str, str, list[int]] | None:
+    """A session in flight right now: (relay name, token, topic, ids)."""
+    for token, topic, ids in query(url, "SELECT lock_token, topic, ids FROM relay_sessions"):
+        for name, prefix in prefixes.items():
+            if token.startswith(prefix):
+                return name, token, topic, ids
+    return None
+
+
+def _reclaimed(url: str, thief_prefix: str, ids: list[int], token: str) -> bool:
+    """The thief took the lock and claimed the frozen relay's rows again."""
+    return bool(query(url, """
+        SELECT 1 FROM fault_fence_events
+        WHERE kind = 'claim' AND token LIKE %s AND ids && %s::bigint[]
+          AND seq > (SELECT coalesce(max(seq), 0) FROM fault_fence_events
+                     WHERE kind = 'claim' AND token = %s)
+    """, (thief_prefix + "%", ids, token)))
+
+
+@pytest.mark.scenario("5-lock-theft")
+def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
+    stack: StackInfo, fault_db: str, tmp_path: Path, scenario: Scenario, long_mode: bool,
+) -> None:
+    n = 40_000 if long_mode else 12_000
+    topic = unique("theft")
+    create_topics(stack.kafka_bootstrap, {topic: 2})
+    lock_timeout = 5.0
+    base = relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=[topic],
+                        relay={"batch_size": 3000, "lock_timeout_s": lock_timeout,
+                               "heartbeat_interval_s": 1})
+    names = {"a": "fault-theft-a", "b": "fault-theft-b"}
+    outbox = Outbox(fault_db)
+    thefts: list[dict[str, Any]] = []
+    with relays() as procs:
+        by_name: dict[str, RelayProc] = {}
+        for name, source in names.items():
+            config = with_relay(base, source_name=source,
+                                checkpoint_path=str(tmp_path / f"checkpoint-{name}"))
+            by_name[name] = start_relay(config, tmp_path, f"relay-{name}")
+            procs.append(by_name[name])
+        wait_until(lambda: sources_connected(fault_db) == 2, 900, "two relays polling",
+                   diagnose=lambda: "\n".join(p.tail(15) for p in procs))
+        started = time.monotonic()
+        outbox.write(traffic([topic], n, per_tx=50, keys=20, value_bytes=900, seed=5))
+        outbox.close()
+        prefixes = {k: v + "@" for k, v in names.items()}
+        attempts = 0
+        while not thefts and attempts < 5 and outbox_count(fault_db) > 0:
+            attempts += 1
+            found: list[tuple[str, str, str, list[int]]] = []
+
+            def in_flight(found: list[tuple[str, str, str, list[int]]] = found) -> bool:
+                got = _victim_session(fault_db, prefixes)
+                if got:
+                    found.append(got)
+                return got is not None
+
+            wait_until(in_flight, 600, "a session in flight",
+                       interval_s=0.05, diagnose=lambda: "\n".join(p.tail(15) for p in procs))
+            name, token, _, ids = found[0]
+            victim, thief = by_name[name], by_name["b" if name == "a" else "a"]
+            victim.signal(signal.SIGSTOP)
+            frozen = time.monotonic()
+            still = query(fault_db, "SELECT 1 FROM relay_sessions WHERE lock_token = %s",
+                          (token,))
+            if not still:  # it finished before the signal landed: try the next batch
+                victim.signal(signal.SIGCONT)
+                continue
+            thief_prefix = prefixes["b" if name == "a" else "a"]
+            try:
+                wait_until(partial(_reclaimed, fault_db, thief_prefix, ids, token), 300,
+                           "the other relay to take the lock and re-claim", diagnose=thief.tail)
+            finally:
+                frozen_s = time.monotonic() - frozen
+                victim.signal(signal.SIGCONT)
+            thefts.append({"victim": name, "token": token, "ids": len(ids),
+                           "frozen_s": round(frozen_s, 1)})
+        assert thefts, "never caught a relay with a session in flight"
+        wait_until(lambda: outbox_count(fault_db) == 0, 900, "the drain to complete",
+                   diagnose=lambda: "\n".join(p.tail(15) for p in procs))
+        drained = time.monotonic()
+        victim = by_name[thefts[0]["victim"]]
+        wait_until(lambda: "lock lost" in victim.text(), 120, "the frozen relay to see it",
+                   diagnose=victim.tail)
+        codes = [p.stop() for p in procs]
+        logs = {p.name: p.text() for p in procs}
+    records = read_all(stack.kafka_bootstrap, [topic])
+    v = verdict(outbox, records)
+    owners = ownership(fault_db, lock_timeout)
+    stolen = thefts[0]["token"]
+    takeover = [t for t in owners.takeovers if t[1] == stolen]
+    # After the takeover, no transaction ended a session of the frozen relay by deleting rows.
+    late_deletes = query(fault_db, """
+        SELECT count(*) FROM fault_fence_events e
+        JOIN fault_fence_events d ON d.xid = e.xid AND d.kind = 'delete'
+        WHERE e.kind = 'session_end' AND e.token = %s
+          AND e.seq > (SELECT min(seq) FROM fault_lock_events WHERE old_owner = %s)
+    """, (stolen, stolen))[0][0]
+    may_repeat = unfinished_claims(fault_db)
+    victim_log = logs[f"relay-{thefts[0]['victim']}"]
+    lost_lines = [ln for ln in victim_log.splitlines() if "lock lost" in ln]
+    scenario.update(
+        v.figures(),
+        faults_injected=len(thefts),
+        frozen_s=thefts[0]["frozen_s"],
+        lock_timeout_s=lock_timeout,
+        session_in_flight=thefts[0]["ids"],
+        drain_s=round(drained - started, 1),
+        takeover_after_s=round(takeover[0][3], 1) if takeover else None,
+        deletes_by_victim_after_takeover=late_deletes,
+        unfenced_deletes=len(owners.unfenced),
+        notes=f"SIGSTOP for {thefts[0]['frozen_s']:.0f} s (lock timeout {lock_timeout:.0f} s) "
+              f"with {thefts[0]['ids']} rows in flight; the lock passed after "
+              f"{takeover[0][3] if takeover else float('nan'):.1f} s without renewal; "
+              f"0 deletes by the frozen relay after it; its log: "
+              f"{lost_lines[0].split(': ', 1)[-1][:80] if lost_lines else 'nothing'}",
+    )
+
+    assert codes == [0, 0], "\n".join(f"{k}: {t[-2000:]}" for k, t in logs.items())
+    assert takeover, "the lock passed from the frozen relay to the other one"
+    assert takeover[0][3] >= lock_timeout, "taken only after it expired"
+    assert late_deletes == 0, "the frozen relay deleted rows after losing its lock"
+    assert not owners.unfenced, owners.unfenced[:5]
+    assert not owners.live_takeovers, owners.live_takeovers[:5]
+    assert lost_lines, "the frozen relay's log says it lost the lock"
+    v.assert_clean(max_duplicates=None)
+    assert v.duplicated_ids <= may_repeat, "duplicates only from the fenced-off session"
