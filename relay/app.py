@@ -83,7 +83,7 @@ def reexec_without_spark_submit_if_needed(config: Config) -> None:
 
 def print_summary(result: RunResult) -> None:
     stats = result.stats
-    topics = sorted(set(stats.published) | set(stats.compacted) | set(stats.errors))
+    topics = sorted(set(stats.published) | set(stats.compacted) | set(stats.parked))
     print(
         f"outbox-relay: {sum(stats.published.values())} messages delivered "
         f"in {result.seconds:.1f} s ({stats.batches} batches)"
@@ -92,6 +92,8 @@ def print_summary(result: RunResult) -> None:
         line = f"  {topic}: {stats.published[topic]} delivered"
         if stats.compacted[topic]:
             line += f", {stats.compacted[topic]} compacted"
+        if stats.parked[topic]:
+            line += f", {stats.parked[topic]} parked"
         print(line)
     for s in result.left_over:
         why = (

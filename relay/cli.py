@@ -35,22 +35,6 @@ def _cmd_packages(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_topics(args: argparse.Namespace) -> int:
-    from relay.control.db import Database
-    from relay.control.pending import TopicFilter, pending_topics
-
-    config = _config(args)
-    db = Database(config.postgres, "outbox-relay-cli")
-    try:
-        states = pending_topics(db, config.relay.lock_timeout_s, TopicFilter([".*"], []))
-    finally:
-        db.close()
-    for s in states:
-        detail = s.locked_by if s.state == "locked" else (s.last_error or "")
-        print(f"{s.topic}\t{s.state}\tretries={s.retries}\t{detail}")
-    return 0
-
-
 def _cmd_ledger(args: argparse.Namespace) -> int:
     from relay.control.db import Database
     from relay.ledger.delta import Ledger
@@ -93,6 +77,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from relay import cli_ops
     from relay.stack import cli as stack_cli
 
     p = argparse.ArgumentParser(prog="outbox-relay")
@@ -106,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["stack"].set_defaults(fn=stack_cli.run)
     sub.add_parser("migrate", help="apply the schema (idempotent)").set_defaults(fn=_cmd_migrate)
     sub.add_parser("packages", help="print the Spark packages").set_defaults(fn=_cmd_packages)
-    sub.add_parser("topics", help="topics with rows waiting").set_defaults(fn=_cmd_topics)
+    cli_ops.register(sub)
     run = sub.add_parser("run", help="run the relay (same as jobs/relay.py)")
     run.add_argument("rest", nargs=argparse.REMAINDER)
     run.set_defaults(fn=_cmd_run)

@@ -1,9 +1,10 @@
 """Claims: take the lowest remaining ids of each locked topic as a session, then finish it.
 
 A claim records ids in relay_sessions and leaves the payload rows untouched. It also
-checks what can fail for certain before anything is sent: each row's size against
-the topic's limit and the shape of its user headers. The first bad row of a topic
-cuts that topic's claim, so order is kept and the row is reported by id.
+checks what can fail for certain before anything is sent (relay_message_problem: the
+row's size against the topic's limit, the shape of its user headers, a parked message
+of the same key). The first bad row of a topic cuts that topic's claim, so order is
+kept and the row is reported by id.
 """
 
 from __future__ import annotations
@@ -26,23 +27,12 @@ spec AS (
 ),
 candidate AS (
     SELECT s.topic, s.compact, c.id, c.key, c.size,
-           CASE
-             WHEN c.size > s.max_bytes
-               THEN format('message is %%s bytes, over the limit of %%s', c.size, s.max_bytes)
-             WHEN c.headers IS NOT NULL AND jsonb_typeof(c.headers) <> 'object'
-               THEN 'headers must be a JSON object'
-             WHEN c.headers IS NOT NULL AND EXISTS (
-                    SELECT 1 FROM jsonb_each(c.headers) h
-                    WHERE left(h.key, length(%(prefix)s)) = %(prefix)s)
-               THEN format('header name uses the reserved prefix %%s', %(prefix)s)
-             WHEN c.headers IS NOT NULL AND EXISTS (
-                    SELECT 1 FROM jsonb_each(c.headers) h WHERE jsonb_typeof(h.value) <> 'string')
-               THEN 'header values must be strings'
-           END AS problem
+           relay_message_problem(s.topic, c.message, c.key, c.partition_key, c.headers,
+                                 s.max_bytes, %(prefix)s) AS problem
     FROM spec s
     JOIN kafka_topic_info i ON i.topic = s.topic AND i.locked_by = %(token)s
     CROSS JOIN LATERAL (
-        SELECT m.id, m.key, m.headers,
+        SELECT m.id, m.key, m.message, m.partition_key, m.headers,
                coalesce(octet_length(m.message), 0) + coalesce(octet_length(m.key), 0)
                + coalesce(octet_length(m.headers::text), 0) AS size
         FROM kafka_messages m
@@ -105,6 +95,18 @@ SELECT session_id, topic,
 FROM removed
 GROUP BY session_id, topic, compacted
 RETURNING topic, outcome, cardinality(ids) AS rows
+"""
+
+SESSION_SENT_IDS = """
+SELECT array(SELECT x FROM unnest(ids) AS x WHERE NOT x = ANY(compacted_ids) ORDER BY x) AS ids
+FROM relay_sessions WHERE session_id = %s AND lock_token = %s
+"""
+
+# After isolation only a prefix was acknowledged. Compacted ids are dropped from the
+# session: their superseding message may not have been delivered, so they must stay.
+TRUNCATE_SESSION = """
+UPDATE relay_sessions SET ids = %s::bigint[], compacted_ids = '{}'
+WHERE session_id = %s AND lock_token = %s
 """
 
 ABANDON_SESSIONS = "DELETE FROM relay_sessions WHERE session_id = ANY(%s::uuid[])"
@@ -177,6 +179,13 @@ class Claims:
         ]
         batch_ids = {r["batch_id"] for r in rows if r["batch_id"] is not None}
         return ClaimBatch(batch_id=batch_ids.pop() if batch_ids else None, claims=claims)
+
+    def sent_ids(self, session_id: str) -> list[int]:
+        row = self.db.one(SESSION_SENT_IDS, (session_id, self.token))
+        return list(row["ids"]) if row else []
+
+    def truncate(self, session_id: str, ids: Sequence[int]) -> None:
+        self.db.execute(TRUNCATE_SESSION, (list(ids), session_id, self.token))
 
     def abandon(self, session_ids: Collection[str]) -> None:
         if session_ids:

@@ -1,51 +1,47 @@
 """The body of foreachBatch: the seed's algorithm for every ready topic at once.
 
-lock → validate → claim → one JDBC read and Kafka write for all topics → delete and
-stage the ledger in one transaction → release, or register the error with backoff.
+lock → validate → park what can never be sent (park policy) → claim → one JDBC read
+and Kafka write for all topics → delete and stage the ledger in one transaction →
+release, or register the error with backoff.
 """
 
 from __future__ import annotations
 
 import logging
-import re
+import time
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from relay import failpoints
-from relay.config import TopicRule
 from relay.control.claims import Claim, TopicLimits, finish
 from relay.control.kafka_admin import topic_name_problem
+from relay.control.parking import Parking
 from relay.control.pending import TopicFilter, pending_topics
-from relay.data.read import read_claimed
-from relay.data.records import in_key_order, to_kafka_records
-from relay.data.sink import write_records
-from relay.errors import UnreachableError
+from relay.errors import RelayError
+from relay.stream.delivery import Delivery
 from relay.stream.failures import describe_failure
 from relay.stream.heartbeat import Heartbeat
+from relay.stream.policy import rule_for
 from relay.stream.stop import StopSignal
 from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
+
+# After a database error the batch gives up and the next one retries after this pause.
+_DB_ERROR_PAUSE_S = 2.0
 
 
 @dataclass
 class RelayStats:
     published: Counter[str] = field(default_factory=Counter)
     compacted: Counter[str] = field(default_factory=Counter)
+    parked: Counter[str] = field(default_factory=Counter)
     errors: dict[str, str] = field(default_factory=dict)
     batches: int = 0
-
-
-def rule_for(rules: list[TopicRule], topic: str) -> TopicRule:
-    for rule in rules:
-        if re.fullmatch(rule.match, topic):
-            return rule
-    return TopicRule(match=".*")
 
 
 class BatchProcessor:
@@ -53,15 +49,25 @@ class BatchProcessor:
         self.relay = relay
         self.stop = stop
         self.stats = RelayStats()
-        self._filter = TopicFilter(
-            relay.config.relay.include_topics, relay.config.relay.exclude_topics
-        )
+        settings = relay.config.relay
+        self._filter = TopicFilter(settings.include_topics, settings.exclude_topics)
+        self._parking = Parking(relay.db, relay.token, settings.source_name, settings.header_prefix)
+        self._delivery = Delivery(relay, self._parking)
         self._partitions: dict[str, int] = {}
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self.stop.between_batches():
-            if not self.stop.requested:
+            if self.stop.requested:
+                return
+            try:
                 self.run_once()
+            except RelayError as exc:
+                # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
+                log.error("batch %d gave up: %s", batch_id, exc)
+                time.sleep(_DB_ERROR_PAUSE_S)
+
+    def _policy(self, topic: str) -> str:
+        return rule_for(self.relay.config.relay.topic_rules, topic).policy
 
     def run_once(self) -> None:
         settings = self.relay.config.relay
@@ -73,7 +79,8 @@ class BatchProcessor:
         errors: dict[str, str] = {}
         acknowledged: list[Claim] = []
         try:
-            limits, counts = self._validate(locked, errors)
+            limits, counts, doomed = self._validate(locked, errors)
+            self._park_doomed(limits, doomed, errors)
             if limits and not self.stop.requested:
                 acknowledged = self._claim_and_send(limits, counts, locked, errors)
         finally:
@@ -81,32 +88,55 @@ class BatchProcessor:
 
     def _validate(
         self, locked: list[str], errors: dict[str, str]
-    ) -> tuple[list[TopicLimits], dict[str, int]]:
-        """What fails for certain is caught before anything is sent."""
+    ) -> tuple[list[TopicLimits], dict[str, int], dict[str, str]]:
+        """What fails for certain is caught before anything is sent.
+
+        Returns the limits of the sendable topics, their partition counts, and the
+        topics Kafka will never accept (illegal name, missing) with the reason. An
+        outage is only an error: it must never make a healthy row look doomed.
+        """
         kafka = self.relay.config.kafka
-        for topic in locked:
-            problem = topic_name_problem(topic)
-            if problem:
-                errors[topic] = problem
-        named = [t for t in locked if t not in errors]
+        doomed = {t: p for t in locked if (p := topic_name_problem(t)) is not None}
+        named = [t for t in locked if t not in doomed]
         try:
             infos = self.relay.admin.describe(named) if named else {}
         except Exception as exc:
             reason = f"Kafka unavailable: {describe_failure(exc)}"
             errors.update({t: reason for t in named})
-            return [], {}
+            return [], {}, doomed
         limits, counts = [], {}
         for topic in named:
             info = infos.get(topic)
             if info is None:
-                errors[topic] = f"topic {topic!r} does not exist in Kafka"
+                doomed[topic] = f"topic {topic!r} does not exist in Kafka"
                 continue
             self._note_partitions(topic, info.partitions)
             counts[topic] = info.partitions
             max_bytes = min(info.max_message_bytes, kafka.max_request_size)
             rule = rule_for(self.relay.config.relay.topic_rules, topic)
             limits.append(TopicLimits(topic, max_bytes - kafka.record_overhead_bytes, rule.compact))
-        return limits, counts
+        return limits, counts, doomed
+
+    def _park_doomed(
+        self, limits: list[TopicLimits], doomed: dict[str, str], errors: dict[str, str]
+    ) -> None:
+        """Under the park policy, what can never be sent leaves the way of the rest;
+        under block, its topic waits in error."""
+        batch_size = self.relay.config.relay.batch_size
+        for topic, reason in doomed.items():
+            if self._policy(topic) == "park":
+                parked = self._parking.park_topic(topic, reason, batch_size)
+                self._count_parked(topic, len(parked), reason)
+            else:
+                errors[topic] = reason
+        park = [(t.topic, t.max_bytes) for t in limits if self._policy(t.topic) == "park"]
+        for p in self._parking.park_doomed(park, batch_size):
+            self._count_parked(p.topic, 1, f"message {p.id}: {p.reason}")
+
+    def _count_parked(self, topic: str, n: int, reason: str) -> None:
+        if n:
+            self.stats.parked[topic] += n
+            log.warning("topic %s: parked %d message(s): %s", topic, n, reason)
 
     def _note_partitions(self, topic: str, partitions: int) -> None:
         before = self._partitions.get(topic)
@@ -114,9 +144,7 @@ class BatchProcessor:
             log.warning(
                 "topic %s went from %d to %d partitions: keys now map to other partitions, "
                 "so a key's messages before and after this point may sit in two partitions",
-                topic,
-                before,
-                partitions,
+                topic, before, partitions,
             )
         self._partitions[topic] = partitions
 
@@ -130,67 +158,31 @@ class BatchProcessor:
         settings = self.relay.config.relay
         batch = self.relay.claims.claim(limits, settings.batch_size, settings.max_batch_bytes)
         for c in batch.claims:
-            if c.bad_id is not None:
+            # Under park, the next batch parks the bad row before claiming.
+            if c.bad_id is not None and self._policy(c.topic) == "block":
                 errors[c.topic] = f"message {c.bad_id}: {c.problem}"
         sessions = batch.sessions
         if not sessions or batch.batch_id is None:
             return []
-        with Heartbeat(
-            self.relay.heartbeat_locks, locked, settings.heartbeat_interval_s, self._jvm_alive
-        ):
-            failed = self._deliver(batch.batch_id, sorted(c.topic for c in sessions), counts)
-        errors.update(failed)
+        with Heartbeat(self.relay.heartbeat_locks, locked, settings.heartbeat_interval_s,
+                       self._jvm_alive):
+            outcome = self._delivery.deliver(batch.batch_id, sessions, counts)
+        errors.update(outcome.errors)
+        for topic, n in outcome.parked.items():
+            self.stats.parked[topic] += n
         failpoints.hit("after_ack")
-        return [c for c in sessions if c.topic not in failed]
+        return outcome.acknowledged
 
-    def _deliver(self, batch_id: int, topics: list[str], counts: dict[str, int]) -> dict[str, str]:
-        """Send every session in one write; on failure find the failing topics."""
-        try:
-            self._write(batch_id, counts, None)
-            return {}
-        except Exception as exc:
-            reason = describe_failure(exc)
-            log.warning("write of batch %d failed: %s", batch_id, reason)
-        try:
-            self.relay.admin.check_reachable()
-        except UnreachableError as down:
-            return {t: f"Kafka unavailable: {down}" for t in topics}
-        if len(topics) == 1:
-            return {topics[0]: reason}
-        failed = {}
-        for topic in topics:  # re-send topic by topic: healthy ones are delivered
-            try:
-                self._write(batch_id, counts, [topic])
-            except Exception as exc:
-                failed[topic] = describe_failure(exc)
-        return failed
-
-    def _write(self, batch_id: int, counts: dict[str, int], topics: list[str] | None) -> None:
-        cfg = self.relay.config
-        claimed = read_claimed(self.relay.spark, cfg.postgres, batch_id, cfg.relay.read_partitions)
-        if topics is not None:
-            claimed = claimed.where(F.col("topic").isin(topics))
-        records = claimed.transform(in_key_order).transform(
-            to_kafka_records,
-            source_name=cfg.relay.source_name,
-            header_prefix=cfg.relay.header_prefix,
-            partitioner=cfg.relay.partitioner,
-            partition_counts=counts,
-        )
-        write_records(records, cfg.kafka)
-
-    def _finish(
-        self, locked: Collection[str], acknowledged: list[Claim], errors: dict[str, str]
-    ) -> None:
+    def _finish(self, locked: Collection[str], acknowledged: list[Claim],
+                errors: dict[str, str]) -> None:
         done = finish(self.relay.claims, self.relay.locks, locked, acknowledged, errors)
         for c in acknowledged:
             if c.topic in done.owned:
                 self.stats.published[c.topic] += c.rows - c.compacted
                 self.stats.compacted[c.topic] += c.compacted
         if done.lost:
-            log.warning(
-                "lock lost for %s before the delete: rows left to the new owner", sorted(done.lost)
-            )
+            log.warning("lock lost for %s before the delete: rows left to the new owner",
+                        sorted(done.lost))
         for topic, reason in sorted(errors.items()):
             log.error("topic %s errored, backing off: %s", topic, reason)
             self.stats.errors[topic] = reason

@@ -1,21 +1,39 @@
-"""Turns a failed Spark write into a one-line reason an operator can act on."""
+"""Turns a failed Spark write into a one-line reason, and tells an outage from poison."""
 
 from __future__ import annotations
 
 import re
 
 _KAFKA_ERROR = re.compile(
-    r"(org\.apache\.kafka\.common\.errors\.[A-Za-z]+(?:Exception|Error)[^\n]*)"
+    r"(org\.apache\.kafka\.common\.(?:errors\.)?[A-Za-z]+(?:Exception|Error)[^\n]*)"
 )
 _JAVA_ERROR = re.compile(r"((?:[a-z]+\.)+[A-Z][A-Za-z]*(?:Exception|Error):[^\n]*)")
 
+# Errors that sending again will not cure. Anything else (timeouts, a broker going
+# away, not enough replicas) is an outage: the topic backs off, nothing is parked.
+# The last alternative is what the producer reports for the healthy neighbours of an
+# invalid record in the same produce batch.
+_FOR_GOOD = re.compile(
+    r"RecordTooLargeException|RecordBatchTooLargeException|InvalidTopicException|"
+    r"TopicAuthorizationException|InvalidRecordException|PolicyViolationException|"
+    r"CorruptRecordException|SerializationException|InvalidRequestException|"
+    r"part of a batch which had one more more invalid records"
+)
+
+
+def refused_for_good(reason: str) -> bool:
+    return bool(_FOR_GOOD.search(reason))
+
 
 def describe_failure(exc: BaseException) -> str:
-    """The Kafka client's own exception line if there is one, else the first Java one."""
+    """The Kafka client's own exception line if there is one (a for-good one first),
+    else the first Java exception line, else the first line."""
     text = str(exc)
-    for pattern in (_KAFKA_ERROR, _JAVA_ERROR):
-        match = pattern.search(text)
-        if match:
-            return match.group(1).strip()[:1000]
+    kafka = [m.strip() for m in _KAFKA_ERROR.findall(text)]
+    for line in sorted(kafka, key=lambda line: not refused_for_good(line)):
+        return line[:1000]
+    match = _JAVA_ERROR.search(text)
+    if match:
+        return match.group(1).strip()[:1000]
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return first[:1000]

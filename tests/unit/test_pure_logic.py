@@ -6,8 +6,8 @@ from relay.config import TopicRule
 from relay.control.kafka_admin import topic_name_problem
 from relay.control.migrate import discover
 from relay.control.pending import TopicFilter
-from relay.stream.batch import rule_for
 from relay.stream.failures import describe_failure
+from relay.stream.policy import rule_for
 from relay.stream.runner import EXIT_INTERRUPTED, EXIT_LEFT_OVER, EXIT_OK, _exit_code
 
 
@@ -46,6 +46,13 @@ def test_describe_failure_prefers_the_kafka_exception() -> None:
         "org.apache.kafka.common.errors.RecordTooLargeException: The message is 2000000 bytes"
     )
     assert describe_failure(RuntimeError("plain")) == "plain"
+    spark_text = (
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Lost task 0.0: "
+        "org.apache.kafka.common.InvalidRecordException: Compacted topic cannot accept message"
+    )
+    assert describe_failure(RuntimeError(spark_text)).startswith(
+        "org.apache.kafka.common.InvalidRecordException: Compacted topic"
+    )
 
 
 def test_migrations_are_numbered_and_ordered() -> None:
