@@ -123,3 +123,46 @@ def test_missing_and_illegal_topics_error_while_others_flow_then_recover(
     row = query(migrated_url, "SELECT error, retries, last_error FROM kafka_topic_info "
                 "WHERE topic = %s", (missing,))[0]
     assert row == (False, 0, None)
+
+
+def test_compaction_sends_the_last_message_per_key_and_the_ledger_says_so(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    spark: SparkSession,
+) -> None:
+    compacted, plain = unique("prices"), unique("plain")
+    create_topics(stack.kafka_bootstrap, {compacted: 1, plain: 1})
+    rows = [[Msg(t, f"k{i % 3}".encode(), f"v{i}".encode()) for i in range(9)]
+            for t in (compacted, plain)]
+    ids = insert(migrated_url, rows)
+    config = make_config([compacted, plain], relay={
+        "topic_rules": [{"match": compacted, "compact": True}]})
+
+    result = run_relay(config)
+
+    assert result.exit_code == EXIT_OK
+    assert result.stats.compacted[compacted] == 6 and result.stats.published[compacted] == 3
+    got = consume(stack.kafka_bootstrap, [compacted, plain], expect=12)
+    assert sorted(r.value for r in got if r.topic == compacted) == [b"v6", b"v7", b"v8"]
+    assert len([r for r in got if r.topic == plain]) == 9
+    ledger = Ledger(spark, config, Database(config.postgres))
+    ledger.flush()
+    outcomes = {(r.topic, r.message_id): r.outcome for r in ledger.table().collect()}
+    assert sorted(outcomes) == sorted(
+        [(compacted, i) for i in ids[:9]] + [(plain, i) for i in ids[9:]])
+    assert [outcomes[(compacted, i)] for i in ids[:9]] == ["compacted"] * 6 + ["published"] * 3
+    assert query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0
+
+
+def test_an_empty_outbox_runs_no_batch(
+    migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner
+) -> None:
+    import threading
+
+    from relay.stream.stop import StopSignal
+
+    stop = StopSignal()
+    threading.Timer(4.0, stop.request, args=("test",)).start()
+    result = run_relay(make_config([unique("idle")]), available_now=False, stop=stop)
+    assert result.exit_code == EXIT_OK and result.stats.batches == 0
+    polls = query(migrated_url, "SELECT count(*) FROM kafka_topic_info")[0][0]
+    assert polls == 0
