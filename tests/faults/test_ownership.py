@@ -23,6 +23,7 @@ from tests.faults.harness import (
     Outbox,
     RelayProc,
     create_topics,
+    high_watermarks,
     outbox_count,
     ownership,
     query,
@@ -52,7 +53,7 @@ def test_three_relays_racing_never_share_a_topic(
     # One source name for all three: the fencing token must still tell them apart.
     base = relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=topics,
                         source_name="fault-race",
-                        relay={"batch_size": 250, "lock_timeout_s": 10,
+                        relay={"batch_size": 120, "lock_timeout_s": 10,
                                "heartbeat_interval_s": 2})
     outbox = Outbox(fault_db)
     with relays() as procs:
@@ -106,12 +107,52 @@ def test_three_relays_racing_never_share_a_topic(
 
 
 def _victim_session(url: str, prefixes: dict[str, str]) -> tuple[str, str, str, list[int]] | None:
-    """A session in flight right now: (relay name, token, topic, ids)."""
-    for token, topic, ids in query(url, "SELECT lock_token, topic, ids FROM relay_sessions"):
+    """A session in flight right now: (relay name, token, session id, ids)."""
+    for token, session, ids in query(url, "SELECT lock_token, session_id::text, ids "
+                                     "FROM relay_sessions"):
         for name, prefix in prefixes.items():
             if token.startswith(prefix):
-                return name, token, topic, ids
+                return name, token, session, ids
     return None
+
+
+def _catch_in_flight(
+    url: str, bootstrap: str, topic: str, prefixes: dict[str, str],
+    by_name: dict[str, RelayProc], last: bool,
+) -> tuple[str, str, str, list[int], str, float] | None:
+    """Freeze (SIGSTOP) a relay whose session is in flight, best while its Kafka write is
+    appending records: (name, token, session, ids, phase, when frozen), or None to retry."""
+    found: list[tuple[str, str, str, list[int]]] = []
+
+    def session() -> bool:
+        got = _victim_session(url, prefixes)
+        if got:
+            found.append(got)
+        return got is not None
+
+    wait_until(session, 600, "a session in flight", interval_s=0.05,
+               diagnose=lambda: "\n".join(p.tail(15) for p in by_name.values()))
+    name, token, session, ids = found[0]
+
+    def alive() -> bool:
+        return bool(query(url, "SELECT 1 FROM relay_sessions WHERE lock_token = %s", (token,)))
+
+    base = sum(high_watermarks(bootstrap, [topic]).values())
+    phase = "before its write"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and alive():
+        if sum(high_watermarks(bootstrap, [topic]).values()) > base:
+            phase = "mid-write"  # its records are landing: only it can be writing now
+            break
+        time.sleep(0.02)
+    if phase != "mid-write" and not last:
+        return None
+    by_name[name].signal(signal.SIGSTOP)
+    frozen = time.monotonic()
+    if not alive():  # it finished before the signal landed
+        by_name[name].signal(signal.SIGCONT)
+        return None
+    return name, token, session, ids, phase, frozen
 
 
 def _reclaimed(url: str, thief_prefix: str, ids: list[int], token: str) -> bool:
@@ -151,37 +192,27 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
         outbox.write(traffic([topic], n, per_tx=50, keys=20, value_bytes=900, seed=5))
         outbox.close()
         prefixes = {k: v + "@" for k, v in names.items()}
-        attempts = 0
-        while not thefts and attempts < 5 and outbox_count(fault_db) > 0:
-            attempts += 1
-            found: list[tuple[str, str, str, list[int]]] = []
-
-            def in_flight(found: list[tuple[str, str, str, list[int]]] = found) -> bool:
-                got = _victim_session(fault_db, prefixes)
-                if got:
-                    found.append(got)
-                return got is not None
-
-            wait_until(in_flight, 600, "a session in flight",
-                       interval_s=0.05, diagnose=lambda: "\n".join(p.tail(15) for p in procs))
-            name, token, _, ids = found[0]
-            victim, thief = by_name[name], by_name["b" if name == "a" else "a"]
-            victim.signal(signal.SIGSTOP)
-            frozen = time.monotonic()
-            still = query(fault_db, "SELECT 1 FROM relay_sessions WHERE lock_token = %s",
-                          (token,))
-            if not still:  # it finished before the signal landed: try the next batch
-                victim.signal(signal.SIGCONT)
+        for attempt in range(6):
+            caught = _catch_in_flight(fault_db, stack.kafka_bootstrap, topic, prefixes,
+                                      by_name, last=attempt == 5)
+            if caught is None:
                 continue
+            name, token, session, ids, phase, frozen = caught
+            victim, thief = by_name[name], by_name["b" if name == "a" else "a"]
             thief_prefix = prefixes["b" if name == "a" else "a"]
             try:
                 wait_until(partial(_reclaimed, fault_db, thief_prefix, ids, token), 300,
                            "the other relay to take the lock and re-claim", diagnose=thief.tail)
+                # Frozen longer than the lock timeout; resumed while the thief is busy.
+                while time.monotonic() < frozen + lock_timeout + 1:
+                    time.sleep(0.1)
             finally:
                 frozen_s = time.monotonic() - frozen
                 victim.signal(signal.SIGCONT)
-            thefts.append({"victim": name, "token": token, "ids": len(ids),
+            thefts.append({"victim": name, "token": token, "session": session,
+                           "ids": len(ids), "phase": phase,
                            "frozen_s": round(frozen_s, 1)})
+            break
         assert thefts, "never caught a relay with a session in flight"
         wait_until(lambda: outbox_count(fault_db) == 0, 900, "the drain to complete",
                    diagnose=lambda: "\n".join(p.tail(15) for p in procs))
@@ -196,13 +227,13 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
     owners = ownership(fault_db, lock_timeout)
     stolen = thefts[0]["token"]
     takeover = [t for t in owners.takeovers if t[1] == stolen]
-    # After the takeover, no transaction ended a session of the frozen relay by deleting rows.
-    late_deletes = query(fault_db, """
+    # The frozen session never ended with a delete of its own; its rows were deleted by
+    # the thief's transaction (a delete fenced by the thief's lock).
+    stolen_deletes = query(fault_db, """
         SELECT count(*) FROM fault_fence_events e
         JOIN fault_fence_events d ON d.xid = e.xid AND d.kind = 'delete'
-        WHERE e.kind = 'session_end' AND e.token = %s
-          AND e.seq > (SELECT min(seq) FROM fault_lock_events WHERE old_owner = %s)
-    """, (stolen, stolen))[0][0]
+        WHERE e.kind = 'session_end' AND e.session_id = %s::uuid
+    """, (thefts[0]["session"],))[0][0]
     may_repeat = unfinished_claims(fault_db)
     victim_log = logs[f"relay-{thefts[0]['victim']}"]
     lost_lines = [ln for ln in victim_log.splitlines() if "lock lost" in ln]
@@ -212,21 +243,23 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
         frozen_s=thefts[0]["frozen_s"],
         lock_timeout_s=lock_timeout,
         session_in_flight=thefts[0]["ids"],
+        frozen_phase=thefts[0]["phase"],
         drain_s=round(drained - started, 1),
         takeover_after_s=round(takeover[0][3], 1) if takeover else None,
-        deletes_by_victim_after_takeover=late_deletes,
+        deletes_by_frozen_session=stolen_deletes,
         unfenced_deletes=len(owners.unfenced),
-        notes=f"SIGSTOP for {thefts[0]['frozen_s']:.0f} s (lock timeout {lock_timeout:.0f} s) "
-              f"with {thefts[0]['ids']} rows in flight; the lock passed after "
+        notes=f"SIGSTOP {thefts[0]['phase']} for {thefts[0]['frozen_s']:.0f} s (lock "
+              f"timeout {lock_timeout:.0f} s) with {thefts[0]['ids']} rows in flight; the lock "
+              "passed after "
               f"{takeover[0][3] if takeover else float('nan'):.1f} s without renewal; "
-              f"0 deletes by the frozen relay after it; its log: "
+              f"{stolen_deletes} deletes by the frozen session after it; its log: "
               f"{lost_lines[0].split(': ', 1)[-1][:80] if lost_lines else 'nothing'}",
     )
 
     assert codes == [0, 0], "\n".join(f"{k}: {t[-2000:]}" for k, t in logs.items())
     assert takeover, "the lock passed from the frozen relay to the other one"
     assert takeover[0][3] >= lock_timeout, "taken only after it expired"
-    assert late_deletes == 0, "the frozen relay deleted rows after losing its lock"
+    assert stolen_deletes == 0, "the frozen relay deleted its session's rows after losing the lock"
     assert not owners.unfenced, owners.unfenced[:5]
     assert not owners.live_takeovers, owners.live_takeovers[:5]
     assert lost_lines, "the frozen relay's log says it lost the lock"
