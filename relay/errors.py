@@ -25,6 +25,10 @@ class DatabaseError(RelayError):
     """A PostgreSQL statement failed."""
 
 
+class DatabaseUnavailableError(DatabaseError):
+    """The connection to PostgreSQL failed or dropped: worth retrying later."""
+
+
 class LockLostError(RelayError):
     """This process no longer holds a topic lock it needed."""
 

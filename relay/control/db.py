@@ -12,7 +12,7 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from relay.config import PostgresConfig
-from relay.errors import DatabaseError, UnreachableError
+from relay.errors import DatabaseError, DatabaseUnavailableError, UnreachableError
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,12 @@ class Database:
                 yield cur
         except psycopg2.Error as exc:
             self._forget_if_broken(conn)
-            raise DatabaseError(f"PostgreSQL at {self._pg.where()}: {_first_line(exc)}") from exc
+            kind = (
+                DatabaseUnavailableError
+                if isinstance(exc, psycopg2.OperationalError | psycopg2.InterfaceError)
+                else DatabaseError
+            )
+            raise kind(f"PostgreSQL at {self._pg.where()}: {_first_line(exc)}") from exc
 
     def _forget_if_broken(self, conn: psycopg2.extensions.connection) -> None:
         if conn.closed or (

@@ -20,7 +20,7 @@ moved AS (
     USING doomed d, kafka_topic_info i
     WHERE m.id = d.id AND i.topic = m.topic AND i.locked_by = %(token)s
     RETURNING m.*, d.reason
-)
+),
 parked AS (
     INSERT INTO relay_parked_messages
         (id, topic, message, key, partition_key, headers, created_at, reason, attempts, source)

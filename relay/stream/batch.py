@@ -21,7 +21,7 @@ from relay.control.claims import Claim, TopicLimits, finish
 from relay.control.kafka_admin import topic_name_problem
 from relay.control.parking import Parking
 from relay.control.pending import TopicFilter, pending_topics
-from relay.errors import RelayError
+from relay.errors import DatabaseUnavailableError, UnreachableError
 from relay.stream.delivery import Delivery
 from relay.stream.failures import describe_failure
 from relay.stream.heartbeat import Heartbeat
@@ -61,8 +61,9 @@ class BatchProcessor:
                 return
             try:
                 self.run_once()
-            except RelayError as exc:
+            except (DatabaseUnavailableError, UnreachableError) as exc:
                 # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
+                # Any other error is a defect and fails the query loudly.
                 log.error("batch %d gave up: %s", batch_id, exc)
                 time.sleep(_DB_ERROR_PAUSE_S)
 
