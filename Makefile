@@ -23,3 +23,9 @@ lint: setup
 # The whole suite: lint, then unit, Spark and integration tiers (the stack starts itself).
 test: lint
 	$(PY) -m pytest
+
+# The benchmark (issue 4): relay vs a Deimos-faithful peer and the machine's limits.
+# BENCH_ARGS=--quick for a tenth of the data. Writes reports/bench.{json,md} and plots.
+bench: setup
+	$(VENV)/bin/pip install --quiet -e '.[bench]'
+	$(PY) -m bench run $(BENCH_ARGS)

@@ -1,0 +1,130 @@
+"""``python -m bench run [--quick] [--only W1,W3] [--no-proposals] [--no-profile]``.
+
+Starts the bench's own local stack, runs the workloads against every contender and
+writes reports/bench.json, reports/bench.md and the plots. ``--quick`` uses about a
+tenth of the data and marks the report as quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.env import BenchEnv
+from bench.workloads import Profiles, Scale, Workloads
+
+REPO = Path(__file__).resolve().parents[1]
+ALL = ("W1", "W2", "W3", "W4")
+
+
+def _git() -> tuple[str, bool]:
+    def run(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
+
+    return run("rev-parse", "--short", "HEAD").strip(), bool(run("status", "--porcelain",
+                                                                 "relay").strip())
+
+
+def _mem_gib() -> float:
+    with open("/proc/meminfo", encoding="utf-8") as f:
+        kb = int(f.readline().split()[1])
+    return round(kb / 1024 / 1024, 1)
+
+
+def run(args: argparse.Namespace) -> int:
+    only = [w.strip().upper() for w in args.only.split(",")] if args.only else list(ALL)
+    scale = Scale(quick=args.quick)
+    started = time.time()
+    git, dirty = _git()
+    env = BenchEnv.start()
+    results: dict[str, Any] = {
+        "meta": {
+            "quick": args.quick,
+            "started": dt.datetime.now().isoformat(timespec="seconds"),
+            "machine": {"cores": os.cpu_count(), "mem_gib": _mem_gib()},
+            "sysload_start": [round(x, 2) for x in os.getloadavg()],
+            "git": git,
+            "dirty": dirty,
+            "workloads": only,
+            "proposals": not args.no_proposals,
+        },
+        "workloads": {},
+    }
+    workloads = Workloads(env, scale, proposals=not args.no_proposals)
+    failures: list[str] = []
+    for name in only:
+        try:
+            outcomes = getattr(workloads, name.lower())()
+            results["workloads"][name] = [o.to_json() for o in outcomes]
+        except Exception:
+            failures.append(name)
+            print(f"[bench] {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
+    if not args.no_profile:
+        profiles = Profiles(env, scale)
+        results["profile"] = {}
+        steps: list[tuple[str, Any]] = [
+            ("W2 load, relay", lambda: profiles.latency(False)),
+            ("W1 drain, relay", lambda: profiles.drain(False)),
+        ]
+        if not args.no_proposals:
+            steps.insert(1, ("W2 load, relay + proposals", lambda: profiles.latency(True)))
+        for label, step in steps:
+            try:
+                results["profile"][label] = step()
+            except Exception:
+                failures.append(f"profile {label}")
+                print(f"[bench] profile {label} failed:\n{traceback.format_exc()}",
+                      file=sys.stderr)
+        try:
+            explained = profiles.drain(True)
+            results["explain"] = {"description": explained["description"],
+                                  "statements": explained.pop("statements")}
+        except Exception:
+            failures.append("explain")
+            print(f"[bench] explain failed:\n{traceback.format_exc()}", file=sys.stderr)
+    env.drop_databases()
+    results["meta"].update(
+        finished=dt.datetime.now().isoformat(timespec="seconds"),
+        duration_s=round(time.time() - started),
+        sysload_end=[round(x, 2) for x in os.getloadavg()],
+        failures=failures,
+    )
+    report.write(results, Path(args.out))
+    print(f"[bench] wrote {args.out}/bench.md and bench.json"
+          + (f"; failed: {', '.join(failures)}" if failures else ""))
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run the benchmark and write the report")
+    r.add_argument("--quick", action="store_true", help="about a tenth of the data")
+    r.add_argument("--only", help="comma-separated workloads, e.g. W1,W3")
+    r.add_argument("--no-proposals", action="store_true",
+                   help="skip the relay runs with bench/proposals.py applied")
+    r.add_argument("--no-profile", action="store_true",
+                   help="skip the in-process profiling and EXPLAIN runs")
+    r.add_argument("--out", default=str(REPO / "reports"))
+    rep = sub.add_parser("report", help="rewrite bench.md and the plots from bench.json")
+    rep.add_argument("--out", default=str(REPO / "reports"))
+    args = p.parse_args(argv)
+    if args.command == "report":
+        import json
+
+        results = json.loads((Path(args.out) / "bench.json").read_text())
+        report.write(results, Path(args.out))
+        return 0
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
