@@ -28,10 +28,10 @@ CREATE INDEX IF NOT EXISTS relay_parked_messages_topic_key
     ON relay_parked_messages (topic, relay_ordering_key(partition_key, key));
 
 -- Why Kafka will refuse this message for certain, or NULL. Also refuses a message whose
--- key has a parked message: sending it would overtake the parked one.
+-- key has an earlier message parked: sending it would overtake the parked one.
 CREATE OR REPLACE FUNCTION relay_message_problem(
-    p_topic varchar, p_message bytea, p_key bytea, p_partition_key varchar, p_headers jsonb,
-    p_max_bytes bigint, p_prefix text
+    p_id bigint, p_topic varchar, p_message bytea, p_key bytea, p_partition_key varchar,
+    p_headers jsonb, p_max_bytes bigint, p_prefix text
 ) RETURNS text LANGUAGE sql STABLE AS $$
     SELECT CASE
         WHEN coalesce(octet_length(p_message), 0) + coalesce(octet_length(p_key), 0)
@@ -49,7 +49,7 @@ CREATE OR REPLACE FUNCTION relay_message_problem(
           THEN 'header values must be strings'
         WHEN relay_ordering_key(p_partition_key, p_key) IS NOT NULL AND EXISTS (
                SELECT 1 FROM relay_parked_messages p
-               WHERE p.topic = p_topic
+               WHERE p.topic = p_topic AND p.id < p_id
                  AND relay_ordering_key(p.partition_key, p.key)
                      = relay_ordering_key(p_partition_key, p_key))
           THEN 'an earlier message of this key is parked'

@@ -27,7 +27,7 @@ spec AS (
 ),
 candidate AS (
     SELECT s.topic, s.compact, c.id, c.key, c.size,
-           relay_message_problem(s.topic, c.message, c.key, c.partition_key, c.headers,
+           relay_message_problem(c.id, s.topic, c.message, c.key, c.partition_key, c.headers,
                                  s.max_bytes, %(prefix)s) AS problem
     FROM spec s
     JOIN kafka_topic_info i ON i.topic = s.topic AND i.locked_by = %(token)s

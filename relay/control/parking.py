@@ -44,7 +44,7 @@ WITH spec AS (
 ),
 window_rows AS (
     SELECT s.topic, c.id, relay_ordering_key(c.partition_key, c.key) AS okey,
-           relay_message_problem(s.topic, c.message, c.key, c.partition_key, c.headers,
+           relay_message_problem(c.id, s.topic, c.message, c.key, c.partition_key, c.headers,
                                  s.max_bytes, %(prefix)s) AS problem
     FROM spec s
     CROSS JOIN LATERAL (
