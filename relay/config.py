@@ -7,6 +7,7 @@ security values may name an environment variable as ``env:NAME``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
@@ -251,9 +252,5 @@ def to_json_without_secrets(config: Config) -> str:
 
 
 def from_json_without_secrets(text: str, env: Mapping[str, str] | None = None) -> Config:
-    env = os.environ if env is None else env
-    config = Config.model_validate_json(text)
-    if env.get(PASSWORD_ENV):
-        pg = config.postgres.model_copy(update={"password": SecretStr(env[PASSWORD_ENV])})
-        config = config.model_copy(update={"postgres": pg})
-    return config
+    """The same config, with its secrets found again the way the driver found them."""
+    return build_config(json.loads(text), env)

@@ -93,3 +93,12 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
     bad.write_text("[relay\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad, env={})
+
+
+def test_json_round_trip_finds_a_password_given_inside_the_url() -> None:
+    env = {"RELAY_POSTGRES_URL": "postgresql://app:pw-in-url@db:5432/outbox"}
+    text = to_json_without_secrets(build_config({}, env=env))
+    assert "pw-in-url" not in text
+    again = from_json_without_secrets(text, env=env)
+    assert again.postgres.password is not None
+    assert again.postgres.password.get_secret_value() == "pw-in-url"
