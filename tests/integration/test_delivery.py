@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -166,3 +167,29 @@ def test_an_empty_outbox_runs_no_batch(
     assert result.exit_code == EXIT_OK and result.stats.batches == 0
     polls = query(migrated_url, "SELECT count(*) FROM kafka_topic_info")[0][0]
     assert polls == 0
+
+
+def test_ledger_show_answers_from_the_command_line(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from relay.cli import main as cli
+    from tests.integration.process import write_profile
+
+    topic = unique("show")
+    create_topics(stack.kafka_bootstrap, {topic: 1})
+    (first, second) = insert(migrated_url, [[Msg(topic, b"k", b"one")], [Msg(topic, b"k", b"2")]])
+    config = make_config([topic], relay={"source_name": "cli-src"})
+    assert run_relay(config).exit_code == EXIT_OK
+    profile = str(write_profile(config, tmp_path / "relay.toml"))
+    capsys.readouterr()
+
+    assert cli(["--config", profile, "ledger", "show", "--topic", topic, "--id", str(first)]) == 0
+    staged = capsys.readouterr().out
+    assert f"message {first} of topic '{topic}': published" in staged and "cli-src" in staged
+    assert cli(["--config", profile, "ledger", "flush"]) == 0
+    capsys.readouterr()
+    assert cli(["--config", profile, "ledger", "show", "--topic", topic, "--id", str(second)]) == 0
+    assert "(delta)" in capsys.readouterr().out
+    assert cli(["--config", profile, "ledger", "show", "--topic", topic, "--id", "999999"]) == 1
+    assert "no record" in capsys.readouterr().out
