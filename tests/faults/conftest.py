@@ -54,12 +54,21 @@ class Scenario(dict[str, Any]):
 def scenario(request: pytest.FixtureRequest, long_mode: bool) -> Iterator[Scenario]:
     marker = request.node.get_closest_marker("scenario")
     assert marker is not None, "fault tests name their scenario with @pytest.mark.scenario"
-    figures = Scenario(str(marker.args[0]), "long" if long_mode else "quick")
+    key = str(marker.args[0])
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None:
+        key += f" [{callspec.id}]"
+    figures = Scenario(key, "long" if long_mode else "quick")
     yield figures
     rep = getattr(request.node, "rep_call", None)
-    figures["status"] = "passed" if rep is not None and rep.passed else "FAILED"
+    passed = rep is not None and rep.passed
+    figures["status"] = "passed" if passed else "FAILED"
     figures["test_s"] = round(time.monotonic() - figures.started, 1)
-    if len(figures) > 3:  # something was measured
+    if not passed and rep is not None and rep.failed:
+        crash = getattr(rep.longrepr, "reprcrash", None)
+        why = crash.message if crash is not None else str(rep.longrepr)
+        figures["notes"] = f"FAILED: {why.splitlines()[0][:300]}"
+    if rep is not None and not rep.skipped:
         report.record(figures.key, dict(figures))
 
 

@@ -261,6 +261,8 @@ def session_ids(url: str) -> set[int]:
 # --------------------------------------------------------------------------- topics
 
 def create_topics(bootstrap: str, topics: dict[str, int], **config: str) -> None:
+    if not topics:
+        return
     admin = AdminClient({"bootstrap.servers": bootstrap})
     new = [NewTopic(t, num_partitions=n, replication_factor=1, config=dict(config))
            for t, n in topics.items()]
@@ -501,6 +503,8 @@ class Verdict:
     order_violations: int  # messages whose first appearance broke invariant 2
     worst_key_violations: int  # the most in one key
     keys_split: int  # keys found in more than one partition
+    violations_by_topic: Counter[str] = field(default_factory=Counter)
+    duplicates_by_topic: Counter[str] = field(default_factory=Counter)
 
     def figures(self) -> dict[str, Any]:
         return {
@@ -555,23 +559,29 @@ def verdict(outbox: Outbox, records: Sequence[Record],
             corrupt.append(i)
     lost = sorted(expected - set(first))
     unexpected = sorted(set(first) - expected)
-    violations, worst, split = _order(outbox, first)
+    violations, worst, split, by_topic = _order(outbox, first)
+    dup_topics: Counter[str] = Counter()
+    for i, n in copies.items():
+        if n > 1:
+            dup_topics[first[i].topic] += n - 1
     return Verdict(
         written=len(outbox.written), expected=len(expected),
         delivered=len(set(first) & expected), duplicates=sum(copies.values()) - len(copies),
         lost=lost, unexpected=unexpected, corrupt=corrupt, copies=copies,
         order_violations=violations, worst_key_violations=worst, keys_split=split,
+        violations_by_topic=by_topic, duplicates_by_topic=dup_topics,
     )
 
 
-def _order(outbox: Outbox, first: dict[int, Record]) -> tuple[int, int, int]:
+def _order(outbox: Outbox, first: dict[int, Record]) -> tuple[int, int, int, Counter[str]]:
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i in first:
         w = outbox.written.get(i)
         if w is not None and w.msg.ordering_key is not None:
             groups[(w.msg.topic, w.msg.ordering_key)].append(i)
     total = worst = split = 0
-    for ids in groups.values():
+    by_topic: Counter[str] = Counter()
+    for (topic, _), ids in groups.items():
         if len({first[i].partition for i in ids}) > 1:
             split += 1
             continue
@@ -579,7 +589,9 @@ def _order(outbox: Outbox, first: dict[int, Record]) -> tuple[int, int, int]:
         bad = _violations(outbox, ids, pos)
         total += bad
         worst = max(worst, bad)
-    return total, worst, split
+        if bad:
+            by_topic[topic] += bad
+    return total, worst, split, by_topic
 
 
 def _violations(outbox: Outbox, ids: list[int], pos: dict[int, int]) -> int:

@@ -139,7 +139,8 @@ class PoisonFigures:
 
 
 def check(url: str, outbox: Outbox, records: list[Any], cases: Sequence[Case], exp: Expected,
-          source_name: str, ledger: list[tuple[str, int, str]] | None) -> PoisonFigures:
+          source_name: str, ledger: list[tuple[str, int, str]] | None,
+          batch_size: int) -> PoisonFigures:
     """Everything the policies promise, as a list of broken promises (empty: all kept)."""
     problems: list[str] = []
     v = verdict(outbox, records, expected=exp.delivered)
@@ -153,7 +154,13 @@ def check(url: str, outbox: Outbox, records: list[Any], cases: Sequence[Case], e
     if v.corrupt:
         problems.append(f"corrupt: {v.corrupt[:10]}")
     if v.order_violations:
-        problems.append(f"{v.order_violations} order violations")
+        problems.append(f"{v.order_violations} order violations: {dict(v.violations_by_topic)}")
+    # A blocked topic waits: its retries must not keep appending what follows the poison.
+    for c in cases:
+        extra = v.duplicates_by_topic.get(c.topic, 0)
+        if c.policy == "block" and extra > batch_size:
+            problems.append(f"blocked topic {c.topic!r} ({c.what}): {extra} duplicate records, "
+                            f"more than one claim of {batch_size}; retries re-append")
     # Parked rows keep every byte, with a reason and the relay's name.
     rows = query(url, "SELECT id, topic, message, key, partition_key, headers, reason, source "
                  "FROM relay_parked_messages")
@@ -193,8 +200,19 @@ def check(url: str, outbox: Outbox, records: list[Any], cases: Sequence[Case], e
         "blocked": len(exp.remaining),
         "sent_ahead_of_a_block": len(ahead),
         "lost": len(v.lost),
+        "order_violations_by_topic": {_short(t, cases): n for t, n in
+                                      v.violations_by_topic.items()},
+        "duplicates_by_topic": {_short(t, cases): n for t, n in v.duplicates_by_topic.items()},
     }
     return PoisonFigures(figures, problems)
+
+
+def _short(topic: str, cases: Sequence[Case]) -> str:
+    """A topic as its case (policy and what), for the report."""
+    for c in cases:
+        if c.topic == topic:
+            return f"{c.policy}: {c.what}"
+    return "healthy"
 
 
 def _bytes(value: Any) -> bytes | None:

@@ -161,7 +161,7 @@ def test_hostile_topics_and_headers_are_handled_by_policy_and_no_password_is_log
     records = read_all(info.kafka_bootstrap, [*healthy, *(c.topic for c in cases
                                                           if not c.whole_topic)])
     result = check(quoted, outbox, records, cases, exp, "fault-hostile",
-                   ledger_entries(spark, config_env))
+                   ledger_entries(spark, config_env), config.relay.batch_size)
     with_headers = [r for r in records if r.outbox_id == good[0]]
     tables = {t for (t,) in query(quoted, "SELECT tablename FROM pg_tables "
                                   "WHERE schemaname = 'public'")}

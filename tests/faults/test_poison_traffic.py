@@ -49,24 +49,27 @@ def _poison(case: Case, n: int) -> Msg:
     return Msg(case.topic, None, f"keyless {n}".encode())
 
 
+def _cases(caught: str) -> list[Case]:
+    if caught == "by the broker":
+        return [Case(unique(f"f{p}-compact"), p, what="keyless on a compacted topic")
+                for p in ("park", "block")]
+    return [Case(unique(f"f{p}-big"), p, what="oversize") for p in ("park", "block")] + [
+        Case(unique(f"f{p}-missing"), p, whole_topic=True, what="missing topic")
+        for p in ("park", "block")
+    ] + [
+        Case(unique(f"f{p}-bad name!"), p, whole_topic=True, what="illegal name")
+        for p in ("park", "block")
+    ]
+
+
 @pytest.mark.scenario("6-poison")
+@pytest.mark.parametrize("caught", ["before sending", "by the broker"])
 def test_poison_is_parked_or_blocks_its_topic_while_healthy_traffic_flows(
     stack: StackInfo, fault_db: str, tmp_path: Path, spark: SparkSession, scenario: Scenario,
-    long_mode: bool,
+    long_mode: bool, caught: str,
 ) -> None:
     healthy = [unique("healthy"), unique("healthy")]
-    cases = [
-        Case(unique(f"f{policy}-big"), policy, what="oversize") for policy in ("park", "block")
-    ] + [
-        Case(unique(f"f{policy}-compact"), policy, what="keyless on a compacted topic")
-        for policy in ("park", "block")
-    ] + [
-        Case(unique(f"f{policy}-missing"), policy, whole_topic=True, what="missing topic")
-        for policy in ("park", "block")
-    ] + [
-        Case(unique(f"f{policy}-bad name!"), policy, whole_topic=True, what="illegal name")
-        for policy in ("park", "block")
-    ]
+    cases = _cases(caught)
     create_topics(stack.kafka_bootstrap, dict.fromkeys(healthy, 2))
     create_topics(stack.kafka_bootstrap, {c.topic: 1 for c in cases if c.what == "oversize"},
                   **{"max.message.bytes": str(LIMIT)})
@@ -90,7 +93,7 @@ def test_poison_is_parked_or_blocks_its_topic_while_healthy_traffic_flows(
     topics = [*healthy, *(c.topic for c in cases if not c.whole_topic)]
     records = read_all(stack.kafka_bootstrap, topics)
     result = check(fault_db, outbox, records, cases, exp, "fault-poison",
-                   ledger_entries(spark, config))
+                   ledger_entries(spark, config), config.relay.batch_size)
     scenario.update(
         result.figures,
         faults_injected=sum(len(c.poison) or 1 for c in cases),
