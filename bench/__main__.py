@@ -39,6 +39,32 @@ def _mem_gib() -> float:
     return round(kb / 1024 / 1024, 1)
 
 
+def sql_proposals(env: BenchEnv, scale: Scale) -> dict[str, Any]:
+    """The current and the proposed claim/finish statements on W1's and W3's shapes."""
+    from bench import sqlexp
+    from bench.workloads import W1_KEYS, W1_TOPICS, W3_KEYS, W3_PER_TOPIC
+
+    n3 = scale.w3_topics
+    shapes = {
+        "W1": (scale.w1_rows, W1_TOPICS, W1_KEYS, scale.w1_rows // 40),
+        "W3": (n3 * W3_PER_TOPIC, n3, W3_KEYS, 1000),
+    }
+    out: dict[str, Any] = {
+        "claim": sqlexp.proposed_claim(),
+        "finish": sqlexp.proposed_finish(),
+        "shapes": {},
+    }
+    for shape, (rows, topics, keys, limit) in shapes.items():
+        print(f"[bench] SQL proposals on the {shape} shape: {rows} rows, {topics} topics, "
+              f"claim limit {limit} per topic", flush=True)
+        out["shapes"][shape] = {
+            "rows": rows, "topics": topics, "limit": limit,
+            "variants": [r.to_json() for r in sqlexp.compare(env, rows, topics, keys, limit,
+                                                             shape)],
+        }
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     only = [w.strip().upper() for w in args.only.split(",")] if args.only else list(ALL)
     scale = Scale(quick=args.quick)
@@ -83,6 +109,11 @@ def run(args: argparse.Namespace) -> int:
                 failures.append(f"profile {label}")
                 print(f"[bench] profile {label} failed:\n{traceback.format_exc()}",
                       file=sys.stderr)
+        try:
+            results["sql"] = sql_proposals(env, scale)
+        except Exception:
+            failures.append("sql")
+            print(f"[bench] sql proposals failed:\n{traceback.format_exc()}", file=sys.stderr)
         try:
             explained = profiles.drain(True)
             results["explain"] = {"description": explained["description"],

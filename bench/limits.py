@@ -95,7 +95,32 @@ def librdkafka_producer_conf(bootstrap: str, kafka: KafkaConfig) -> dict[str, An
     }
 
 
-def kafka_limit(bootstrap: str, backlog: Backlog, kafka: KafkaConfig) -> KafkaLimit:
+Prepared = list[tuple[str, bytes, bytes, list[tuple[str, str | bytes | None]]]]
+
+
+def kafka_limit(
+    bootstrap: str, backlog: Backlog, kafka: KafkaConfig, repeats: int = 2
+) -> KafkaLimit:
+    """Best of `repeats` sends of the whole backlog (to fresh topics each time).
+
+    The records and their headers are built before the clock starts: the limit is the
+    producer's and the broker's, not Python's string formatting.
+    """
+    created = b"2026-01-01T00:00:00.000000Z"
+    prepared: Prepared = [
+        (topic, key, payload, [("outbox-relay.id", str(n).encode()),
+                               ("outbox-relay.source", b"bench"),
+                               ("outbox-relay.created-at", created)])
+        for n, (topic, key, payload) in enumerate(records(backlog), start=1)
+    ]
+    best = float("inf")
+    for attempt in range(repeats):
+        suffix = f".r{attempt}" if attempt else ""
+        best = min(best, _send_all(bootstrap, prepared, kafka, suffix))
+    return KafkaLimit(rows=backlog.rows, seconds=best)
+
+
+def _send_all(bootstrap: str, prepared: Prepared, kafka: KafkaConfig, suffix: str) -> float:
     producer = Producer(librdkafka_producer_conf(bootstrap, kafka))
     failed: list[KafkaError] = []
 
@@ -103,17 +128,12 @@ def kafka_limit(bootstrap: str, backlog: Backlog, kafka: KafkaConfig) -> KafkaLi
         if err is not None:
             failed.append(err)
 
-    created = b"2026-01-01T00:00:00.000000Z"
     t0 = time.perf_counter()
-    for n, (topic, key, payload) in enumerate(records(backlog), start=1):
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("outbox-relay.id", str(n).encode()),
-            ("outbox-relay.source", b"bench"),
-            ("outbox-relay.created-at", created),
-        ]
+    for n, (topic, key, payload, headers) in enumerate(prepared):
         while True:
             try:
-                producer.produce(topic, payload, key, headers=headers, on_delivery=on_delivery)
+                producer.produce(topic + suffix, payload, key, headers=headers,
+                                 on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -123,4 +143,4 @@ def kafka_limit(bootstrap: str, backlog: Backlog, kafka: KafkaConfig) -> KafkaLi
     seconds = time.perf_counter() - t0
     if left or failed:
         raise RuntimeError(f"Kafka limit run failed: {failed[:1]} {left} left")
-    return KafkaLimit(rows=backlog.rows, seconds=seconds)
+    return seconds

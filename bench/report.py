@@ -203,6 +203,8 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         lines += _profile_section(results["profile"])
     if results.get("explain"):
         lines += _explain_section(results["explain"])
+    if results.get("sql"):
+        lines += _sql_section(results["sql"])
     notes = REPORTS / NOTES
     if notes.exists():
         lines += ["", notes.read_text(encoding="utf-8")]
@@ -271,8 +273,32 @@ def _explain_section(explain: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _sql_section(sql: dict[str, Any]) -> list[str]:
+    lines = ["## Proposed SQL, measured", "",
+             "claims.py is not the bench's to change. `bench/sqlexp.py` runs the relay's loop "
+             "by hand (lock, claim, the executors' read, finish, release) until the outbox is "
+             "empty, once with the current statements and once with the proposed ones, each "
+             "on its own copy of the same backlog, every statement under EXPLAIN ANALYZE. "
+             "Total milliseconds over all rounds:", "",
+             "| shape | variant | rounds | claim ms | read ms | finish ms | wall ms | error |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for shape, data in sql["shapes"].items():
+        for v in data["variants"]:
+            t = v["total_ms"]
+            lines.append(
+                f"| {shape} ({data['rows']:,} rows, {data['topics']} topics, limit "
+                f"{data['limit']:,}) | {v['variant']} | {len(v['rounds'])} | "
+                f"{_n(t.get('claim'))} | {_n(t.get('jdbc read (whole batch)'))} | "
+                f"{_n(t.get('finish'))} | {_n(t.get('wall'))} | {v['error'] or ''} |")
+    lines += ["", "The proposed statements in full (plans of their first round are in "
+              "`reports/bench.explain.txt`):", "", "```sql", "-- CLAIM (proposed)",
+              (sql.get("claim") or "n/a").strip(), "```", "", "```sql",
+              "-- FINISH_SESSIONS (proposed)", (sql.get("finish") or "n/a").strip(), "```", ""]
+    return lines
+
+
 def explain_text(explain: dict[str, Any]) -> str:
-    out = []
+    out: list[str] = []
     for e in explain["statements"]:
         plans = e["plans"]
         chosen = plans[:1] + ([max(plans, key=lambda p: p["execution_ms"] or 0)]
@@ -396,6 +422,11 @@ def write(results: dict[str, Any], out_dir: Path = REPORTS) -> None:
     (out_dir / "bench.json").write_text(json.dumps(results, indent=1, default=str) + "\n",
                                         encoding="utf-8")
     (out_dir / "bench.md").write_text(markdown(results, made), encoding="utf-8")
-    if results.get("explain"):
-        (out_dir / "bench.explain.txt").write_text(explain_text(results["explain"]),
-                                                   encoding="utf-8")
+    text = explain_text(results["explain"]) if results.get("explain") else ""
+    for shape, data in (results.get("sql") or {}).get("shapes", {}).items():
+        for v in data["variants"]:
+            for statement, plan in v.get("plans", {}).items():
+                text += (f"===== SQL proposals, {shape} shape, {v['variant']}: {statement} "
+                         f"(first round) =====\n{plan}\n\n")
+    if text:
+        (out_dir / "bench.explain.txt").write_text(text, encoding="utf-8")
