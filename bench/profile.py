@@ -151,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     spark = build_session(config)
     session_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
     relay = build_relay(config, spark)
+    build_s = time.perf_counter() - t0
     progress: list[dict[str, Any]] = []
     original_start = runner.start_query
 
@@ -166,12 +168,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.seconds:
         threading.Timer(args.seconds, lambda: stop.request("profile time is up")).start()
     t1 = time.perf_counter()
+    run_started_at = time.time()
     result = runner.run(relay, args.available_now, stop)
     run_s = time.perf_counter() - t1
     relay.close()
     out = {
         "proposals": applied,
         "session_s": session_s,
+        "build_relay_s": build_s,
+        "run_started_at": run_started_at,
         "run_s": run_s,
         "exit_code": result.exit_code,
         "published": sum(result.stats.published.values()),

@@ -251,8 +251,12 @@ def _profile_section(profile: dict[str, Any]) -> list[str]:
     for label, run in profile.items():
         if not run.get("phases"):
             continue
-        lines += [f"### {label}", "", run.get("description", ""), "",
-                  "| part | mean ms | p50 ms | max ms | calls |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"### {label}", "", run.get("description", ""), ""]
+        if run.get("startup"):
+            lines += ["Start-up, in-process (no spark-submit, no package resolution): "
+                      + "; ".join(f"{k} {_n(v, 2)}" for k, v in run["startup"].items()) + ".",
+                      ""]
+        lines += ["| part | mean ms | p50 ms | max ms | calls |", "| --- | --- | --- | --- | --- |"]
         for name, s in run["phases"].items():
             lines.append(f"| {name} | {s['mean_ms']:.0f} | {s['p50_ms']:.0f} | "
                          f"{s['max_ms']:.0f} | {s['calls']} |")

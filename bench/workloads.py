@@ -510,14 +510,18 @@ class Profiles:
             )
         return proc, out
 
-    def latency(self, proposals: bool) -> dict[str, Any]:
+    def latency(self, proposals: bool, label: str | None = None,
+                **overrides: dict[str, Any]) -> dict[str, Any]:
         """Continuous relay under W2's load: per-micro-batch breakdown."""
-        label = f"prof-w2-{int(proposals)}"
+        label = label or f"prof-w2-{int(proposals)}"
         env = self.env
         topics = env.topic_names(label, W2_TOPICS)
         env.create_topics(topics, W2_PARTITIONS)
         url = env.fresh_database(label)
-        config = env.relay_config(url, label, **{k: dict(v) for k, v in PROFILES["W2"].items()})
+        sections = {k: dict(v) for k, v in PROFILES["W2"].items()}
+        for key, values in overrides.items():
+            sections.setdefault(key, {}).update(values)
+        config = env.relay_config(url, label, **sections)
         seconds = 20.0 if self.scale.quick else 40.0
         proc, out = self._start(label, config, [], proposals)
         run_dir = env.run_dir(label)
@@ -562,7 +566,18 @@ class Profiles:
         timings = json.loads(out_file.read_text())
         env.drop_database(url)
         env.delete_topics(topics)
+        batches = timings["batches"]
+        startup = {
+            "SparkSession built (s)": round(timings["session_s"], 2),
+            "relay wiring built (s)": round(timings.get("build_relay_s", 0.0), 2),
+            "query start to first micro-batch body (s)": round(
+                batches[0]["started_at"] - timings["run_started_at"], 2) if batches and
+            "run_started_at" in timings else None,
+            "first micro-batch body (s)": round(batches[0]["foreachBatch"], 2)
+            if batches else None,
+        }
         out: dict[str, Any] = {
+            "startup": startup,
             "description": f"Drain of {rows:,} rows (W1's shape and profile), in-process"
                            + (", every statement explained first (so slower)." if explain
                               else "."),
