@@ -43,7 +43,9 @@ def test_two_relays_never_both_own_a_topic(
          for i in range(10)]
         for t in range(400)
     ])
-    configs = [make_config(topics, name=n, relay={"batch_size": 200,
+    # Small batches: each relay releases its topics after every batch, so the two
+    # interleave many times instead of one draining everything alone.
+    configs = [make_config(topics, name=n, relay={"batch_size": 60,
                                                   "available_now_deadline_s": 180})
                for n in ("one", "two")]
 
