@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from pyspark.sql import Column, DataFrame
@@ -65,11 +66,41 @@ def to_kafka_records(
 ) -> DataFrame:
     """Claimed rows (id, topic, message, key, partition_key, created_at, headers) to records."""
     return claimed.select(
+        *_record_columns(
+            _active_context_id(),
+            source_name,
+            header_prefix,
+            partitioner,
+            tuple(sorted(partition_counts.items())),
+        )
+    )
+
+
+def _active_context_id() -> int:
+    from pyspark import SparkContext
+
+    return id(SparkContext._active_spark_context)
+
+
+@functools.lru_cache(maxsize=32)
+def _record_columns(
+    context_id: int,
+    source_name: str,
+    header_prefix: str,
+    partitioner: Partitioner,
+    partition_counts: tuple[tuple[str, int], ...],
+) -> tuple[Column, ...]:
+    """The record columns, built once per settings and topic set and reused by every
+    micro-batch: building them is hundreds of py4j calls (the murmur2 expression most),
+    on the latency path of each batch. A Column is an unresolved expression, bound to
+    no DataFrame, so reuse is safe; the context id keeps one SparkContext's from another.
+    """
+    return (
         F.col("topic").cast("string").alias("topic"),
         F.col("key").cast("binary").alias("key"),
         F.col("message").cast("binary").alias("value"),
         _headers(source_name, header_prefix).alias("headers"),
-        _partition(partitioner, partition_counts).alias("partition"),
+        _partition(partitioner, dict(partition_counts)).alias("partition"),
     )
 
 
