@@ -68,7 +68,7 @@ HEAP = "2g"
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "W1": {
         "relay": {"batch_size": 25_000, "read_partitions": 2},
-        "kafka": {"linger_ms": 5, "batch_size": 1_048_576, "compression_type": "lz4"},
+        "kafka": {"linger_ms": 5, "batch_size": 262_144, "compression_type": "lz4"},
         "ledger": {"flush_interval_s": 30},
     },
     "W2": {
@@ -83,7 +83,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     },
     "W4": {
         "relay": {"batch_size": 25_000, "read_partitions": 2},
-        "kafka": {"linger_ms": 5, "batch_size": 1_048_576, "compression_type": "lz4"},
+        "kafka": {"linger_ms": 5, "batch_size": 262_144, "compression_type": "lz4"},
         "ledger": {"flush_interval_s": 30},
     },
 }
