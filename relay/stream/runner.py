@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -106,15 +107,34 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
                     query.stop()
                 break
             query.awaitTermination(1)
-        failed = query.exception() is not None
+        error = query.exception()
+        failed = error is not None and not _stop_killed_a_helper(stop, error)
     except Exception as exc:
-        log.error("the streaming query failed: %s", exc)
-        failed = True
+        if _stop_killed_a_helper(stop, exc):
+            log.warning("the stop signal interrupted a checkpoint write (redone on restart)")
+        else:
+            log.error("the streaming query failed: %s", exc)
+            failed = True
     finally:
         flusher.stop()
     remaining = _remaining(relay, bound) if bound is not None else []
     code = _exit_code(available_now, stop.requested, failed, remaining)
     return RunResult(code, processor.stats, time.monotonic() - started, remaining)
+
+
+# A signal to the whole process group (Ctrl-C, `kill -TERM -PGID`) also reaches the `chmod`
+# that Hadoop forks for every local checkpoint file when its native library is missing. A
+# write caught by it fails with the helper's exit code (128 + signal) and ends the query,
+# although the batch body had finished; Spark redoes the missing checkpoint entry on restart.
+_HELPER_KILLED = re.compile(r"ExitCodeException exitCode=(?:130|143)\b")
+
+
+def _stop_killed_a_helper(stop: StopSignal, exc: BaseException) -> bool:
+    """Whether the query failed only because our own stop signal killed a Hadoop helper."""
+    if not stop.requested:
+        return False
+    text = f"{exc}\n{getattr(exc, '_stackTrace', '') or ''}"
+    return _HELPER_KILLED.search(text) is not None
 
 
 def _watched_pid() -> int:
