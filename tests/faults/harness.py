@@ -821,3 +821,23 @@ def high_watermarks(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, in
         return marks
     finally:
         consumer.close()
+
+
+def quiesce(url: str, quiet_s: float = 2.0, timeout_s: float = 300) -> None:
+    """Wait until no relay works on this outbox: no session, no lock, no lock change for
+    `quiet_s`; topics waiting in backoff are put off for an hour first, so that no batch
+    starts. A group SIGTERM that lands while Spark writes a checkpoint file kills Hadoop's
+    `chmod` helper and fails the query (see test_signals.py); the scenarios here test
+    their own fault, so they stop relays only when idle."""
+    query(url, "UPDATE kafka_topic_info SET next_retry_at = now() AT TIME ZONE 'UTC' "
+          "+ interval '1 hour' WHERE error")
+
+    def idle() -> bool:
+        return bool(scalar(url, """
+            SELECT NOT EXISTS (SELECT 1 FROM relay_sessions)
+               AND NOT EXISTS (SELECT 1 FROM kafka_topic_info WHERE locked_by IS NOT NULL)
+               AND coalesce((SELECT max(at) FROM fault_lock_events), '-infinity')
+                   < now() AT TIME ZONE 'UTC' - make_interval(secs => %s)
+        """, (quiet_s,)))
+
+    wait_until(idle, timeout_s, "the relays to be idle", interval_s=0.5)

@@ -33,6 +33,7 @@ from tests.faults.harness import (
     install_recorders,
     ledger_entries,
     query,
+    quiesce,
     read_all,
     relay_config,
     relays,
@@ -156,6 +157,7 @@ def test_hostile_topics_and_headers_are_handled_by_policy_and_no_password_is_log
         started = time.monotonic()
         run_until_settled(quoted, exp, proc)
         drain_s = time.monotonic() - started
+        quiesce(quoted)
         code = proc.stop()
         log = proc.text()
     records = read_all(info.kafka_bootstrap, [*healthy, *(c.topic for c in cases

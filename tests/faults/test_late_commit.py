@@ -27,6 +27,7 @@ from tests.faults.harness import (
     create_topics,
     outbox_count,
     query,
+    quiesce,
     read_all,
     relay_config,
     relays,
@@ -109,6 +110,7 @@ def test_late_commits_are_delivered_and_serialised_transactions_keep_key_order(
             serialised(10)  # serialised after the late commit: must follow it per key
             drained()
         drain_s = time.monotonic() - started
+        quiesce(fault_db)
         code = proc.stop()
         log = proc.text()
     late_ids = sorted(i for _, _, ids in held for i in ids)

@@ -27,6 +27,7 @@ from tests.faults.harness import (
     outbox_count,
     ownership,
     query,
+    quiesce,
     read_all,
     relay_config,
     relays,
@@ -67,6 +68,7 @@ def test_three_relays_racing_never_share_a_topic(
         wait_until(lambda: outbox_count(fault_db) == 0, 900, "the three relays to drain",
                    diagnose=lambda: "\n".join(p.tail(15) for p in procs))
         drained = time.monotonic()
+        quiesce(fault_db)
         codes = [p.stop() for p in procs]
         logs = [p.tail() for p in procs]
     outbox.close()
@@ -220,6 +222,7 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
         victim = by_name[thefts[0]["victim"]]
         wait_until(lambda: "lock lost" in victim.text(), 120, "the frozen relay to see it",
                    diagnose=victim.tail)
+        quiesce(fault_db)
         codes = [p.stop() for p in procs]
         logs = {p.name: p.text() for p in procs}
     records = read_all(stack.kafka_bootstrap, [topic])

@@ -21,6 +21,7 @@ from tests.faults.harness import (
     Outbox,
     create_topics,
     ledger_entries,
+    quiesce,
     read_all,
     relay_config,
     relays,
@@ -88,6 +89,7 @@ def test_poison_is_parked_or_blocks_its_topic_while_healthy_traffic_flows(
         started = time.monotonic()
         run_until_settled(fault_db, exp, proc)
         drain_s = time.monotonic() - started
+        quiesce(fault_db)
         code = proc.stop()
         log = proc.text()
     topics = [*healthy, *(c.topic for c in cases if not c.whole_topic)]

@@ -26,6 +26,7 @@ from tests.faults.harness import (
     outbox_ids,
     ownership,
     query,
+    quiesce,
     read_all,
     relay_config,
     relays,
@@ -88,6 +89,7 @@ def test_broker_outage_backs_off_deletes_nothing_unsent_and_drains_after_restart
         wait_until(lambda: outbox_count(url) == 0, 900, "the drain to complete",
                    diagnose=proc.tail)
         drained = time.monotonic()
+        quiesce(url)
         code = proc.stop()
         watch.update(log=proc.text())
     records = read_all(info.kafka_bootstrap, topics)
@@ -175,6 +177,7 @@ def test_database_restart_mid_drain_reconnects_or_exits_clearly_and_completes(
             wait_until(lambda: outbox_count(url) == 0, 900, "the restarted relay to drain",
                        diagnose=final.tail)
         drained = time.monotonic()
+        quiesce(url)
         code = final.stop()
         logs.append(final.text())
     records = read_all(info.kafka_bootstrap, topics)

@@ -1,0 +1,117 @@
+"""A graceful stop by a signal to the whole process group, at the worst moment.
+
+`kill -TERM -PGID`, or Ctrl-C in a terminal (SIGINT to the foreground group), reaches
+every process of spark-submit's group. Without Hadoop's native library, Spark's local
+checkpoint writes fork a `chmod` helper for each file; a group signal that lands while
+one runs kills the helper, the checkpoint write fails, and the streaming query dies:
+exit 5 ("the streaming query failed") instead of the graceful stop's 0. README: "SIGTERM
+or SIGINT stops claiming, lets the write in flight finish, deletes what was acknowledged
+and releases the locks", exit 0 in continuous mode.
+
+The window is a few milliseconds; a slow `chmod` (a wrapper first on the relay's PATH
+that sleeps, as on a slow or loaded disk) widens it so the test hits it every time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from relay.stack import StackInfo
+from tests.faults.conftest import Scenario
+from tests.faults.harness import (
+    Outbox,
+    create_topics,
+    outbox_count,
+    read_all,
+    relay_config,
+    relays,
+    start_relay,
+    traffic,
+    unique,
+    verdict,
+    wait_until,
+    with_relay,
+)
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration]
+
+ATTEMPTS = 1
+SLOW_CHMOD = """#!/bin/sh
+sleep 0.5
+exec /bin/chmod "$@"
+"""
+
+
+def _checkpoint_file_being_written(checkpoint: Path) -> bool:
+    for sub in ("offsets", "commits"):
+        try:
+            if any(e.name.endswith(".tmp") for e in os.scandir(checkpoint / sub)):
+                return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
+@pytest.mark.scenario("9-stop-signal-during-checkpoint-write")
+def test_group_sigterm_while_spark_writes_a_checkpoint_file_still_stops_cleanly(
+    stack: StackInfo, fault_db: str, tmp_path: Path, scenario: Scenario,
+) -> None:
+    topics = [unique("stop"), unique("stop")]
+    create_topics(stack.kafka_bootstrap, dict.fromkeys(topics, 2))
+    outbox = Outbox(fault_db)
+    outbox.write(traffic(topics, 8_000, per_tx=100, keys=20, value_bytes=100, seed=9))
+    base = relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=topics,
+                        source_name="fault-stop", relay={"batch_size": 200})
+    slow = tmp_path / "slow-bin"
+    slow.mkdir()
+    (slow / "chmod").write_text(SLOW_CHMOD)
+    (slow / "chmod").chmod(0o755)
+    env = {"PATH": f"{slow}{os.pathsep}{os.environ.get('PATH', '')}"}
+    codes: list[int] = []
+    caught: list[bool] = []
+    with relays() as procs:
+        for attempt in range(ATTEMPTS):
+            config = with_relay(base, checkpoint_path=str(tmp_path / f"checkpoint-{attempt}"))
+            proc = start_relay(config, tmp_path, f"stop-{attempt}", env=env)
+            procs.append(proc)
+            before = outbox_count(fault_db)
+            wait_until(lambda before=before: outbox_count(fault_db) < before, 600,  # type: ignore[misc]
+                       "the relay to be relaying", diagnose=proc.tail)
+            checkpoint = Path(config.relay.checkpoint_path)
+            deadline = time.monotonic() + 120
+            hit = False
+            while time.monotonic() < deadline and proc.alive():
+                if _checkpoint_file_being_written(checkpoint):
+                    proc.signal(signal.SIGTERM)
+                    hit = True
+                    break
+                time.sleep(0.01)
+            if not hit:
+                proc.signal(signal.SIGTERM)
+            caught.append(hit)
+            codes.append(proc.wait(300))
+            if outbox_count(fault_db) == 0:
+                break
+        final = start_relay(with_relay(base, batch_size=5000), tmp_path, "final",
+                            available_now=True)
+        procs.append(final)
+        final_code = final.wait(900)
+    v = verdict(outbox, read_all(stack.kafka_bootstrap, topics))
+    scenario.update(
+        v.figures(),
+        faults_injected=len(codes),
+        exit_codes=codes,
+        signalled_mid_checkpoint_write=sum(caught),
+        notes=f"SIGTERM to the group while Spark wrote a checkpoint file: exit codes {codes} "
+              "(0 expected)",
+    )
+
+    assert final_code == 0, final.tail()
+    v.assert_clean(max_duplicates=None)
+    assert codes == [0] * len(codes), (
+        f"graceful stops exited {codes}\n" + "\n".join(p.tail(12) for p in procs))
