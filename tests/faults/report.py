@@ -88,7 +88,7 @@ def markdown(data: dict[str, Any]) -> str:
     for key, s in data["scenarios"].items():
         row = {**s, "scenario": f"{key} ({s.get('mode', 'quick')})"}
         lines.append("| " + " | ".join(_cell(row.get(k)) for k, _ in COLUMNS) + " |")
-        total += float(s.get("test_s") or 0)
+        total += float(s.get("test_s") or 0) + float(s.get("setup_s") or 0)
     lines += ["", f"Wall time of these scenarios: {total / 60:.1f} min on "
               f"{data.get('machine', {}).get('cpus', '?')} cores.", ""]
     notes = [(k, s["notes"]) for k, s in data["scenarios"].items() if s.get("notes")]

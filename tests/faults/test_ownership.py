@@ -48,13 +48,13 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration]
 def test_three_relays_racing_never_share_a_topic(
     stack: StackInfo, fault_db: str, tmp_path: Path, scenario: Scenario, long_mode: bool,
 ) -> None:
-    n = 60_000 if long_mode else 15_000
+    n = 60_000 if long_mode else 9_000
     topics = [unique("race") for _ in range(6)]
     create_topics(stack.kafka_bootstrap, dict.fromkeys(topics, 2))
     # One source name for all three: the fencing token must still tell them apart.
     base = relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=topics,
                         source_name="fault-race",
-                        relay={"batch_size": 120, "lock_timeout_s": 10,
+                        relay={"batch_size": 100, "lock_timeout_s": 10,
                                "heartbeat_interval_s": 2})
     outbox = Outbox(fault_db)
     with relays() as procs:

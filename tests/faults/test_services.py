@@ -55,7 +55,7 @@ def test_broker_outage_backs_off_deletes_nothing_unsent_and_drains_after_restart
 ) -> None:
     info = private_stack.ensure_up()
     url = create_database(info.postgres_url)
-    n = 60_000 if long_mode else 20_000
+    n = 60_000 if long_mode else 12_000
     # One topic under the park policy: an outage is not poison and must park nothing.
     topics = [unique("fpark-outage"), *(unique("outage") for _ in range(3))]
     create_topics(info.kafka_bootstrap, dict.fromkeys(topics, 2))
@@ -132,7 +132,7 @@ def test_database_restart_mid_drain_reconnects_or_exits_clearly_and_completes(
 ) -> None:
     info = private_stack.ensure_up()
     url = create_database(info.postgres_url)
-    n = 60_000 if long_mode else 20_000
+    n = 60_000 if long_mode else 12_000
     topics = [unique("pgdown") for _ in range(3)]
     create_topics(info.kafka_bootstrap, dict.fromkeys(topics, 2))
     outbox = Outbox(url)

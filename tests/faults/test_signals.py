@@ -27,6 +27,7 @@ from tests.faults.harness import (
     Outbox,
     create_topics,
     outbox_count,
+    outbox_ids,
     read_all,
     relay_config,
     relays,
@@ -64,7 +65,7 @@ def test_group_sigterm_while_spark_writes_a_checkpoint_file_still_stops_cleanly(
     topics = [unique("stop"), unique("stop")]
     create_topics(stack.kafka_bootstrap, dict.fromkeys(topics, 2))
     outbox = Outbox(fault_db)
-    outbox.write(traffic(topics, 8_000, per_tx=100, keys=20, value_bytes=100, seed=9))
+    outbox.write(traffic(topics, 4_000, per_tx=100, keys=20, value_bytes=100, seed=9))
     base = relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=topics,
                         source_name="fault-stop", relay={"batch_size": 200})
     slow = tmp_path / "slow-bin"
@@ -95,23 +96,19 @@ def test_group_sigterm_while_spark_writes_a_checkpoint_file_still_stops_cleanly(
                 proc.signal(signal.SIGTERM)
             caught.append(hit)
             codes.append(proc.wait(300))
-            if outbox_count(fault_db) == 0:
-                break
-        final = start_relay(with_relay(base, batch_size=5000), tmp_path, "final",
-                            available_now=True)
-        procs.append(final)
-        final_code = final.wait(900)
-    v = verdict(outbox, read_all(stack.kafka_bootstrap, topics))
+    # A graceful stop leaves nothing half done: what left the outbox was delivered once,
+    # what is still in it was not sent.
+    left = outbox_ids(fault_db)
+    v = verdict(outbox, read_all(stack.kafka_bootstrap, topics), expected=outbox.ids() - left)
     scenario.update(
         v.figures(),
         faults_injected=len(codes),
         exit_codes=codes,
         signalled_mid_checkpoint_write=sum(caught),
-        notes=f"SIGTERM to the group while Spark wrote a checkpoint file: exit codes {codes} "
-              "(0 expected)",
+        notes=f"SIGTERM to the group while Spark wrote a checkpoint file (chmod slowed to "
+              f"0.5 s): exit codes {codes}, 0 expected",
     )
 
-    assert final_code == 0, final.tail()
-    v.assert_clean(max_duplicates=None)
     assert codes == [0] * len(codes), (
         f"graceful stops exited {codes}\n" + "\n".join(p.tail(12) for p in procs))
+    v.assert_clean(max_duplicates=0)
