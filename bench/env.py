@@ -212,3 +212,39 @@ class OffsetWatch:
             return None
         final = self.samples[-1][1]
         return next((t for t, n in self.samples if n >= final), None)
+
+
+class LockWatch:
+    """When the contender took its first topic lock: the start of its first batch.
+
+    Start-up is launch to first lock; the drain runs from first lock to the last record.
+    """
+
+    def __init__(self, url: str, interval_s: float = 0.1) -> None:
+        self._url = url
+        self._interval_s = interval_s
+        self.first_lock_at: float | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-locks", daemon=True)
+
+    def _run(self) -> None:
+        conn = connect(self._url)
+        try:
+            with conn.cursor() as cur:
+                while not self._done.is_set():
+                    cur.execute("SELECT 1 FROM kafka_topic_info WHERE locked_by IS NOT NULL "
+                                "LIMIT 1")
+                    if cur.fetchone() is not None:
+                        self.first_lock_at = time.time()
+                        return
+                    self._done.wait(self._interval_s)
+        finally:
+            conn.close()
+
+    def start(self) -> LockWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()

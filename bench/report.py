@@ -48,6 +48,9 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
                 f["w1_relay_over_pg_limit"] = _ratio(r, o[PG_LIMIT]["msgs_per_s"])
                 f["w1_relay_over_kafka_limit"] = _ratio(r, o[KAFKA_LIMIT]["msgs_per_s"])
                 f["w1_steady_over_limit"] = _ratio(o[variant].get("steady_msgs_per_s"), lim)
+                f["w1_end_to_end_msgs_per_s"] = o[variant].get("end_to_end_msgs_per_s")
+                f["w1_end_to_end_over_peer"] = _ratio(
+                    o[variant].get("end_to_end_msgs_per_s"), o[PEER].get("end_to_end_msgs_per_s"))
         if "W2" in w:
             o = _by_name(w["W2"])
             if variant in o:
@@ -97,7 +100,9 @@ def targets(figs: dict[str, Any]) -> list[dict[str, Any]]:
         row["format"] = fmt
         rows.append(row)
 
-    add("W1 relay/peer", ">= 5x", "w1_relay_over_peer", lambda v: v >= 5, "{:.1f}x")
+    add("W1 relay/peer (drain)", ">= 5x", "w1_relay_over_peer", lambda v: v >= 5, "{:.1f}x")
+    add("W1 relay/peer, end to end with start-up", "(>= 5x)", "w1_end_to_end_over_peer",
+        lambda v: v >= 5, "{:.1f}x")
     add("W1 relay/limit", ">= 0.5", "w1_relay_over_limit", lambda v: v >= 0.5)
     add("W2 p99 (s)", "< 1 s", "w2_latency_s", lambda v: v["p99"] < 1.0, "p99")
     add("W2 p50 (s)", "< 0.3 s", "w2_latency_s", lambda v: v["p50"] < 0.3, "p50")
@@ -217,11 +222,14 @@ def _drain_table(title: str, outcomes: list[dict[str, Any]], figs: dict[str, Any
     relay = o.get(RELAY, {}).get("msgs_per_s")
     first = outcomes[0]
     lines = [f"## {title}", "",
-             f"{_n(first['rows'])} messages of 1 KB. msgs/s is for the whole run, start-up "
-             "included; steady is first record to last record in Kafka.", "",
-             "| contender | msgs/s | seconds | start-up s | steady msgs/s | relay / this | "
-             "Kafka records | left in outbox | notes |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"{_n(first['rows'])} messages of 1 KB. **msgs/s** is the drain: from the first "
+             "topic lock (the first batch starts) to the last record in Kafka. **Start-up** is "
+             "launch to first lock (for the relay: JVM, packages, SparkSession, query start). "
+             "**End to end** is launch to exit (start-up, drain, the final ledger copy and "
+             "shutdown). Steady is first to last record in Kafka.", "",
+             "| contender | msgs/s | drain s | start-up s | end-to-end msgs/s | steady msgs/s "
+             "| relay / this | Kafka records | left in outbox | notes |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in outcomes:
         ratio = _ratio(relay, c["msgs_per_s"])
         notes = ""
@@ -235,7 +243,8 @@ def _drain_table(title: str, outcomes: list[dict[str, Any]], figs: dict[str, Any
             notes += f"; {c['ms_per_topic']:.1f} ms per topic"
         lines.append(
             f"| {c['contender']} | {_n(c['msgs_per_s'])} | {c['seconds']:.1f} | "
-            f"{_n(c.get('startup_s'), 1)} | {_n(c.get('steady_msgs_per_s'))} | "
+            f"{_n(c.get('startup_s'), 1)} | {_n(c.get('end_to_end_msgs_per_s'))} | "
+            f"{_n(c.get('steady_msgs_per_s'))} | "
             f"{_fmt(ratio, '{:.2f}')} | {_n(c.get('kafka_records'))} | "
             f"{_n(c.get('outbox_left'))} | {notes} |"
         )

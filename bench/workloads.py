@@ -22,7 +22,7 @@ from typing import Any
 
 from bench import limits
 from bench.backlog import Backlog, load
-from bench.env import BenchEnv, OffsetWatch, connect
+from bench.env import BenchEnv, LockWatch, OffsetWatch, connect
 from bench.latency import LatencyConsumer, Load, generate, percentiles, read_generated
 from bench.relay_proc import RelayProcess, launch
 from relay.config import Config
@@ -60,7 +60,7 @@ class Scale:
 
 
 W1_TOPICS, W1_KEYS, W1_PARTITIONS = 10, 10_000, 4
-W2_RATE, W2_TX, W2_TOPICS, W2_KEYS, W2_PARTITIONS, W2_WARMUP_S = 1000, 10, 10, 1000, 4, 5.0
+W2_RATE, W2_TX, W2_TOPICS, W2_KEYS, W2_PARTITIONS, W2_WARMUP_S = 1000, 10, 10, 1000, 4, 20.0
 W3_PER_TOPIC, W3_KEYS, W3_PARTITIONS = 100, 10_000, 1
 HEAP = "2g"
 
@@ -172,15 +172,17 @@ class Workloads:
             workload, url, label, relay={"available_now_deadline_s": available_now_deadline_s}
         )
         watch = OffsetWatch(env.admin, backlog.topics, partitions).start()
+        locks_watch = LockWatch(url).start()
         load_before = _sys_load()
         proc = launch(
             config, env.run_dir(label), "--available-now", extra_env=_relay_env(proposals)
         )
         code = proc.wait(timeout_s=3600)
         watch.stop()
+        locks_watch.stop()
         outcome = self._drain_outcome(
             RELAY_PROPOSED if proposals else RELAY, backlog, watch, proc.launched_at,
-            proc.exited_at or time.time(), url,
+            proc.exited_at or time.time(), url, locks_watch.first_lock_at,
         )
         outcome.extra.update(
             exit_code=code, load_s=round(seconds_load, 1), sysload_before=load_before,
@@ -191,18 +193,27 @@ class Workloads:
 
     def _drain_outcome(
         self, name: str, backlog: Backlog, watch: OffsetWatch, started: float, ended: float,
-        url: str,
+        url: str, first_lock: float | None,
     ) -> Outcome:
+        """seconds: first lock (the first batch starts) to the last record in Kafka.
+
+        Start-up (launch to first lock) and the end-to-end time are reported beside it.
+        """
         first = watch.first_at()
         last = watch.last_change_at()
         delivered = watch.samples[-1][1] if watch.samples else 0
+        begin = first_lock if first_lock is not None else started
+        drain_s = (last - begin) if last else ended - started
         steady = backlog.rows / (last - first) if first and last and last > first else None
         return Outcome(
             contender=name,
             rows=backlog.rows,
-            seconds=ended - started,
+            seconds=drain_s,
             extra={
-                "startup_s": round(first - started, 2) if first else None,
+                "startup_s": round(begin - started, 2),
+                "end_to_end_s": round(ended - started, 2),
+                "end_to_end_msgs_per_s": round(backlog.rows / (ended - started), 1),
+                "first_record_after_s": round(first - started, 2) if first else None,
                 "first_to_last_s": round(last - first, 2) if first and last else None,
                 "steady_msgs_per_s": round(steady, 1) if steady else None,
                 "kafka_records": delivered,
@@ -218,6 +229,7 @@ class Workloads:
         seconds_load = load(url, backlog)
         run_dir = env.run_dir(label)
         watch = OffsetWatch(env.admin, backlog.topics, partitions).start()
+        locks_watch = LockWatch(url).start()
         load_before = _sys_load()
         started = time.time()
         subprocess.run(
@@ -228,8 +240,10 @@ class Workloads:
         )
         ended = time.time()
         watch.stop()
+        locks_watch.stop()
         name = PEER if delete == "groups" else PEER_BATCH
-        outcome = self._drain_outcome(name, backlog, watch, started, ended, url)
+        outcome = self._drain_outcome(name, backlog, watch, started, ended, url,
+                                      locks_watch.first_lock_at)
         stats = json.loads((run_dir / "peer.json").read_text())
         outcome.extra.update(
             load_s=round(seconds_load, 1), sysload_before=load_before,
@@ -293,8 +307,9 @@ class Workloads:
             label = f"{workload.lower()}-{i}"
             _log(f"{workload}: {name} on {rows} rows")
             outcome = run(label)
-            _log(f"{workload}: {name}: {outcome.msgs_per_s:.0f} msg/s "
-                 f"({outcome.seconds:.1f} s, startup {outcome.extra.get('startup_s')} s)")
+            _log(f"{workload}: {name}: {outcome.msgs_per_s:.0f} msg/s over {outcome.seconds:.1f} s "
+                 f"of drain; start-up {outcome.extra.get('startup_s')} s; end to end "
+                 f"{outcome.extra.get('end_to_end_msgs_per_s')} msg/s")
             results.append(outcome)
             self.env.delete_topics(self.env.topic_names(label, n_topics))
         _log(f"{workload}: limits")
@@ -360,8 +375,11 @@ class Workloads:
                      start_seq=3 * 10**12)
             if not consumer.wait_for(10, 600):
                 raise RuntimeError(f"W2 {name}: nothing arrived within 10 minutes")
+            # The same load until the JVM is warm, then until its backlog is gone, so the
+            # measured window starts in steady state.
             warm = Load(W2_RATE, W2_TX, W2_WARMUP_S, tuple(topics), W2_KEYS)
             generate(url, warm, run_dir / "warmup.bin", start_seq=2 * 10**12)
+            caught_up = consumer.wait_for(10 + int(W2_WARMUP_S * W2_RATE), 300)
             load_before = _sys_load()
             started = time.time()
             n = generate(url, load, run_dir / "generated.bin")
@@ -392,6 +410,7 @@ class Workloads:
             "missing": len(generated) - len(latencies),
             "duplicates": duplicates,
             "complete": complete,
+            "caught_up_after_warmup": caught_up,
             "generator_seconds": round(generated_for, 2),
             "achieved_rate": round(n / generated_for, 1),
             "sysload_before": load_before,
