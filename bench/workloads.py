@@ -78,7 +78,9 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     },
     "W3": {
         "relay": {"batch_size": 1_000, "read_partitions": 2},
-        "kafka": {"linger_ms": 5, "batch_size": 262_144, "compression_type": "lz4"},
+        # 1,000 partitions: the Java producer takes a whole batch.size from its 32 MB pool
+        # for every partition it holds a batch for, so 256 KB batches would block on memory.
+        "kafka": {"linger_ms": 5, "batch_size": 32_768, "compression_type": "lz4"},
         "ledger": {"flush_interval_s": 30},
     },
     "W4": {
