@@ -80,10 +80,15 @@ def run(args: argparse.Namespace) -> int:
             "git": git,
             "dirty": dirty,
             "workloads": only,
-            "proposals": not args.no_proposals,
+            "proposals": (["murmur2", "claim", "finish"] if args.proposals_sql else ["murmur2"])
+            if not args.no_proposals else [],
         },
         "workloads": {},
     }
+    if args.proposals_sql:
+        from bench.workloads import PROPOSALS_SQL
+
+        PROPOSALS_SQL["on"] = True
     workloads = Workloads(env, scale, proposals=not args.no_proposals)
     failures: list[str] = []
     for name in only:
@@ -142,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--only", help="comma-separated workloads, e.g. W1,W3")
     r.add_argument("--no-proposals", action="store_true",
                    help="skip the relay runs with bench/proposals.py applied")
+    r.add_argument("--proposals-sql", action="store_true",
+                   help="the relay+proposals runs also use the proposed claim/finish SQL")
     r.add_argument("--no-profile", action="store_true",
                    help="skip the in-process profiling and EXPLAIN runs")
     r.add_argument("--out", default=str(REPO / "reports"))

@@ -4,6 +4,8 @@
 (through ``bench/hooks/sitecustomize.py`` in the relay's processes), so the report
 shows what each proposal buys, measured in the same run. Nothing here changes relay/.
 
+* ``claim``, ``finish`` (with BENCH_PROPOSALS_SQL=1): the statements of
+  bench/sqlexp.py in place of relay/control/claims.py's CLAIM and FINISH_SESSIONS.
 * ``murmur2``: relay/data/partitioning.py's ``murmur2_col`` names the fold's result
   ``h`` again in every later step, so the expression tree holds 32 copies of the fold
   over the key's bytes. Spark analyses, optimises and generates code for that tree
@@ -21,6 +23,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 ENV = "BENCH_PROPOSALS"
+SQL_ENV = "BENCH_PROPOSALS_SQL"
 
 
 def murmur2_col(data: Column) -> Column:
@@ -75,11 +78,26 @@ def _ignore_element(step: Callable[[Column], Column]) -> Callable[[Column, Colum
 
 
 def apply() -> list[str]:
-    """Apply every proposal to the loaded relay modules; returns their names."""
+    """Apply the proposals to the relay's modules; returns their names.
+
+    The SQL proposals (bench/sqlexp.py) only with BENCH_PROPOSALS_SQL=1.
+    """
     from relay.data import partitioning
 
     partitioning.murmur2_col = murmur2_col
-    return ["murmur2"]
+    applied = ["murmur2"]
+    if os.environ.get(SQL_ENV) == "1":
+        from bench import sqlexp
+        from relay.control import claims
+
+        claim, finish = sqlexp.proposed_claim(), sqlexp.proposed_finish()
+        if claim is not None:
+            claims.CLAIM = claim
+            applied.append("claim")
+        if finish is not None:
+            claims.FINISH_SESSIONS = finish
+            applied.append("finish")
+    return applied
 
 
 def apply_if_requested() -> list[str]:

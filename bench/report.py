@@ -147,6 +147,10 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         f"`{meta['git']}`{' (with uncommitted changes)' if meta.get('dirty') else ''}. "
         "Every figure below is a ratio of two measurements of this one run.",
         "",
+        "**relay** is the product as committed. **relay + proposals** is the same relay with "
+        "`bench/proposals.py` applied at run time: "
+        + _proposal_names(meta.get("proposals")) + ".",
+        "",
         "## Targets",
         "",
         "| figure | target | relay | met | relay + proposals | met |",
@@ -214,6 +218,19 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
     if notes.exists():
         lines += ["", notes.read_text(encoding="utf-8")]
     return "\n".join(lines) + "\n"
+
+
+def _proposal_names(proposals: Any) -> str:
+    names = {
+        "murmur2": "the linear murmur2 expression for relay/data/partitioning.py",
+        "claim": "the one-pass claim for relay/control/claims.py",
+        "finish": "the hashed finish for relay/control/claims.py",
+    }
+    if proposals is True or proposals is None:
+        proposals = ["murmur2"]
+    if not proposals:
+        return "not run"
+    return "; ".join(names.get(p, p) for p in proposals)
 
 
 def _drain_table(title: str, outcomes: list[dict[str, Any]], figs: dict[str, Any],
