@@ -40,7 +40,7 @@ def _mem_gib() -> float:
 
 
 def sql_proposals(env: BenchEnv, scale: Scale) -> dict[str, Any]:
-    """The current and the proposed claim/finish statements on W1's and W3's shapes."""
+    """The current and the proposed claim statements on W1's and W3's shapes."""
     from bench import sqlexp
     from bench.workloads import W1_KEYS, W1_TOPICS, W3_KEYS, W3_PER_TOPIC
 
@@ -51,7 +51,6 @@ def sql_proposals(env: BenchEnv, scale: Scale) -> dict[str, Any]:
     }
     out: dict[str, Any] = {
         "claim": sqlexp.proposed_claim(),
-        "finish": sqlexp.proposed_finish(),
         "shapes": {},
     }
     for shape, (rows, topics, keys, limit) in shapes.items():
@@ -80,16 +79,11 @@ def run(args: argparse.Namespace) -> int:
             "git": git,
             "dirty": dirty,
             "workloads": only,
-            "proposals": (["murmur2", "claim", "finish"] if args.proposals_sql else ["murmur2"])
-            if not args.no_proposals else [],
+            "proposals": ["claim"] if args.proposals else [],
         },
         "workloads": {},
     }
-    if args.proposals_sql:
-        from bench.workloads import PROPOSALS_SQL
-
-        PROPOSALS_SQL["on"] = True
-    workloads = Workloads(env, scale, proposals=not args.no_proposals)
+    workloads = Workloads(env, scale, proposals=args.proposals)
     failures: list[str] = []
     for name in only:
         try:
@@ -105,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             ("W2 load, relay", lambda: profiles.latency(False)),
             ("W1 drain, relay", lambda: profiles.drain(False)),
         ]
-        if not args.no_proposals:
+        if args.proposals:
             steps.insert(1, ("W2 load, relay + proposals", lambda: profiles.latency(True)))
         for label, step in steps:
             try:
@@ -145,10 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="run the benchmark and write the report")
     r.add_argument("--quick", action="store_true", help="about a tenth of the data")
     r.add_argument("--only", help="comma-separated workloads, e.g. W1,W3")
-    r.add_argument("--no-proposals", action="store_true",
-                   help="skip the relay runs with bench/proposals.py applied")
-    r.add_argument("--proposals-sql", action="store_true",
-                   help="the relay+proposals runs also use the proposed claim/finish SQL")
+    r.add_argument("--proposals", action="store_true",
+                   help="also run the relay with bench/proposals.py applied")
     r.add_argument("--no-profile", action="store_true",
                    help="skip the in-process profiling and EXPLAIN runs")
     r.add_argument("--out", default=str(REPO / "reports"))

@@ -221,14 +221,8 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
 
 
 def _proposal_names(proposals: Any) -> str:
-    names = {
-        "murmur2": "the linear murmur2 expression for relay/data/partitioning.py",
-        "claim": "the one-pass claim for relay/control/claims.py",
-        "finish": "the hashed finish for relay/control/claims.py",
-    }
-    if proposals is True or proposals is None:
-        proposals = ["murmur2"]
-    if not proposals:
+    names = {"claim": "the one-pass claim for relay/control/claims.py"}
+    if not proposals or proposals is True:
         return "not run"
     return "; ".join(names.get(p, p) for p in proposals)
 
@@ -305,7 +299,7 @@ def _explain_section(explain: dict[str, Any]) -> list[str]:
 
 def _sql_section(sql: dict[str, Any]) -> list[str]:
     lines = ["## Proposed SQL, measured", "",
-             "claims.py is not the bench's to change. `bench/sqlexp.py` runs the relay's loop "
+             "`bench/sqlexp.py` runs the relay's loop "
              "by hand (lock, claim, the executors' read, finish, release) until the outbox is "
              "empty, once with the current statements and once with the proposed ones, each "
              "on its own copy of the same backlog, every statement under EXPLAIN ANALYZE. "
@@ -322,8 +316,7 @@ def _sql_section(sql: dict[str, Any]) -> list[str]:
                 f"{_n(t.get('finish'))} | {_n(t.get('wall'))} | {v['error'] or ''} |")
     lines += ["", "The proposed statements in full (plans of their first round are in "
               "`reports/bench.explain.txt`):", "", "```sql", "-- CLAIM (proposed)",
-              (sql.get("claim") or "n/a").strip(), "```", "", "```sql",
-              "-- FINISH_SESSIONS (proposed)", (sql.get("finish") or "n/a").strip(), "```", ""]
+              (sql.get("claim") or "n/a").strip(), "```", ""]
     return lines
 
 

@@ -132,18 +132,11 @@ def _outbox_left(url: str) -> int:
         conn.close()
 
 
-# Set by `bench run --proposals-sql`: the relay+proposals runs take the SQL ones too.
-PROPOSALS_SQL = {"on": False}
-
-
 def _relay_env(proposals: bool) -> dict[str, str]:
     if not proposals:
         return {}
     path = f"{HOOKS}{os.pathsep}{REPO}"
-    env = {"BENCH_PROPOSALS": "1", "PYTHONPATH": path}
-    if PROPOSALS_SQL["on"]:
-        env["BENCH_PROPOSALS_SQL"] = "1"
-    return env
+    return {"BENCH_PROPOSALS": "1", "PYTHONPATH": path}
 
 
 class Workloads:

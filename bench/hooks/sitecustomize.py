@@ -13,7 +13,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-_TARGET = "relay.data.partitioning"
+_TARGET = "relay.control.claims"
 
 
 class _PatchAfterLoad(importlib.abc.MetaPathFinder):

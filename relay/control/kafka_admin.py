@@ -58,9 +58,16 @@ class _ClientLog:
 
 
 @dataclass(frozen=True)
+class TopicConfig:
+    max_message_bytes: int | None
+    compacted: bool  # cleanup.policy has `compact`: the broker refuses records without a key
+
+
+@dataclass(frozen=True)
 class TopicInfo:
     partitions: int
     max_message_bytes: int
+    compacted: bool
 
 
 def librdkafka_conf(kafka: KafkaConfig) -> dict[str, Any]:
@@ -77,7 +84,7 @@ class KafkaAdmin:
         self._log = _ClientLog()
         conf: dict[str, Any] = {**librdkafka_conf(kafka), "logger": self._log}
         self._client = AdminClient(conf)
-        self._max_bytes: dict[str, tuple[float, int]] = {}
+        self._configs: dict[str, tuple[float, TopicConfig]] = {}
 
     def check_reachable(self) -> None:
         self._log.last_failure = None
@@ -97,7 +104,7 @@ class KafkaAdmin:
             raise UnreachableError(f"cannot reach Kafka at {self._kafka.bootstrap_servers}")
 
     def describe(self, topics: Collection[str]) -> dict[str, TopicInfo | None]:
-        """Partition count and max.message.bytes per topic; None where the topic is missing."""
+        """Partitions, max.message.bytes and compaction per topic; None where it is missing."""
         self._client.poll(0)
         md = self._client.list_topics(timeout=self._kafka.admin_timeout_s)
         found: dict[str, TopicInfo | None] = {}
@@ -108,14 +115,23 @@ class KafkaAdmin:
                 found[topic] = None
             else:
                 present.append((topic, len(meta.partitions)))
-        limits = self._max_message_bytes([t for t, _ in present])
+        configs = self._topic_configs([t for t, _ in present])
         for topic, partitions in present:
-            found[topic] = TopicInfo(partitions, limits.get(topic, self._kafka.max_request_size))
+            config = configs.get(topic, TopicConfig(None, False))
+            found[topic] = TopicInfo(partitions,
+                                     config.max_message_bytes or self._kafka.max_request_size,
+                                     config.compacted)
         return found
 
-    def _max_message_bytes(self, topics: list[str]) -> dict[str, int]:
+    def _topic_configs(self, topics: list[str]) -> dict[str, TopicConfig]:
+        """The configs that decide what the broker refuses, each re-read after a minute.
+
+        A config changed within that minute is seen only by the broker: what it then
+        refuses is isolated after the failed write instead of caught here.
+        """
         now = time.monotonic()
-        stale = [t for t in topics if now - self._max_bytes.get(t, (-1e9, 0))[0] > _CONFIG_TTL_S]
+        stale = [t for t in topics if t not in self._configs
+                 or now - self._configs[t][0] > _CONFIG_TTL_S]
         if stale:
             resources = [ConfigResource(ResourceType.TOPIC, t) for t in stale]
             futures = self._client.describe_configs(
@@ -123,10 +139,19 @@ class KafkaAdmin:
             )
             for resource, future in futures.items():
                 try:
-                    entry = future.result().get("max.message.bytes")
+                    entries = future.result()
                 except KafkaException as exc:
-                    log.warning("cannot read max.message.bytes of %s: %s", resource.name, exc)
+                    log.warning("cannot read the config of topic %s: %s", resource.name, exc)
                     continue
-                if entry is not None and entry.value is not None:
-                    self._max_bytes[resource.name] = (now, int(entry.value))
-        return {t: self._max_bytes[t][1] for t in topics if t in self._max_bytes}
+                self._configs[resource.name] = (now, _topic_config(entries))
+        return {t: self._configs[t][1] for t in topics if t in self._configs}
+
+
+def _topic_config(entries: dict[str, Any]) -> TopicConfig:
+    size = entries.get("max.message.bytes")
+    policy = entries.get("cleanup.policy")
+    policies = {p.strip() for p in str(policy.value or "").split(",")} if policy else set()
+    return TopicConfig(
+        int(size.value) if size is not None and size.value is not None else None,
+        "compact" in policies,
+    )

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from relay.control.claims import TopicLimits
 from relay.control.db import Database
 
 _MOVE = """
@@ -40,12 +41,13 @@ SELECT topic, id, reason FROM parked
 # The rows of the claim window that can never be sent, with every later row of their key.
 PARK_DOOMED = """
 WITH spec AS (
-    SELECT * FROM unnest(%(topics)s::varchar[], %(max_bytes)s::bigint[]) AS s(topic, max_bytes)
+    SELECT * FROM unnest(%(topics)s::varchar[], %(max_bytes)s::bigint[],
+                         %(key_required)s::bool[]) AS s(topic, max_bytes, key_required)
 ),
 window_rows AS (
     SELECT s.topic, c.id, relay_ordering_key(c.partition_key, c.key) AS okey,
            relay_message_problem(c.id, s.topic, c.message, c.key, c.partition_key, c.headers,
-                                 s.max_bytes, %(prefix)s) AS problem
+                                 s.max_bytes, %(prefix)s, s.key_required) AS problem
     FROM spec s
     CROSS JOIN LATERAL (
         SELECT m.id, m.key, m.message, m.partition_key, m.headers FROM kafka_messages m
@@ -124,12 +126,13 @@ class Parking:
     def _params(self, **extra: Any) -> dict[str, Any]:
         return {"token": self.token, "source": self.source_name, "attempts": 0, **extra}
 
-    def park_doomed(self, limits: Sequence[tuple[str, int]], limit: int) -> list[Parked]:
+    def park_doomed(self, limits: Sequence[TopicLimits], limit: int) -> list[Parked]:
         """Park what the claim window of each topic holds that can never be sent."""
         if not limits:
             return []
         rows = self.db.all(PARK_DOOMED, self._params(
-            topics=[t for t, _ in limits], max_bytes=[b for _, b in limits],
+            topics=[t.topic for t in limits], max_bytes=[t.max_bytes for t in limits],
+            key_required=[t.key_required for t in limits],
             prefix=self.header_prefix, limit=limit))
         return [Parked(r["topic"], r["id"], r["reason"]) for r in rows]
 

@@ -54,6 +54,9 @@ class BatchProcessor:
         self._parking = Parking(relay.db, relay.token, settings.source_name, settings.header_prefix)
         self._delivery = Delivery(relay, self._parking)
         self._partitions: dict[str, int] = {}
+        # The error that ended a batch body, if one did: the runner tells it apart from
+        # what its own query.stop() makes Spark raise after the last body finished.
+        self.failure: BaseException | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self.stop.between_batches():
@@ -66,6 +69,9 @@ class BatchProcessor:
                 # Any other error is a defect and fails the query loudly.
                 log.error("batch %d gave up: %s", batch_id, exc)
                 time.sleep(_DB_ERROR_PAUSE_S)
+            except BaseException as exc:
+                self.failure = exc
+                raise
 
     def _policy(self, topic: str) -> str:
         return rule_for(self.relay.config.relay.topic_rules, topic).policy
@@ -115,7 +121,10 @@ class BatchProcessor:
             counts[topic] = info.partitions
             max_bytes = min(info.max_message_bytes, kafka.max_request_size)
             rule = rule_for(self.relay.config.relay.topic_rules, topic)
-            limits.append(TopicLimits(topic, max_bytes - kafka.record_overhead_bytes, rule.compact))
+            # The failpoint plays a topic turned compacted after its config was read.
+            key_required = info.compacted and not failpoints.armed("stale_topic_config")
+            limits.append(TopicLimits(topic, max_bytes - kafka.record_overhead_bytes,
+                                      rule.compact, key_required))
         return limits, counts, doomed
 
     def _park_doomed(
@@ -130,7 +139,7 @@ class BatchProcessor:
                 self._count_parked(topic, len(parked), reason)
             else:
                 errors[topic] = reason
-        park = [(t.topic, t.max_bytes) for t in limits if self._policy(t.topic) == "park"]
+        park = [t for t in limits if self._policy(t.topic) == "park"]
         for p in self._parking.park_doomed(park, batch_size):
             self._count_parked(p.topic, 1, f"message {p.id}: {p.reason}")
 

@@ -97,6 +97,7 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
     flusher.start()
     query = start_query(relay, processor, available_now)
     failed = False
+    stopping = False
     watched = _watched_pid()
     try:
         while query.isActive:
@@ -104,14 +105,16 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
                 stop.request("the process that launched the relay is gone")
             if stop.requested:
                 with stop.between_batches():
+                    stopping = True
                     query.stop()
                 break
             query.awaitTermination(1)
         error = query.exception()
-        failed = error is not None and not _stop_killed_a_helper(stop, error)
+        failed = error is not None and not _stop_side_effect(stop, stopping, processor, error)
     except Exception as exc:
-        if _stop_killed_a_helper(stop, exc):
-            log.warning("the stop signal interrupted a checkpoint write (redone on restart)")
+        if _stop_side_effect(stop, stopping, processor, exc):
+            log.warning("the stop interrupted Spark's bookkeeping after the last batch body "
+                        "(its checkpoint entry is redone on restart): %s", _first_line(exc))
         else:
             log.error("the streaming query failed: %s", exc)
             failed = True
@@ -127,6 +130,24 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
 # write caught by it fails with the helper's exit code (128 + signal) and ends the query,
 # although the batch body had finished; Spark redoes the missing checkpoint entry on restart.
 _HELPER_KILLED = re.compile(r"ExitCodeException exitCode=(?:130|143)\b")
+
+
+def _stop_side_effect(stop: StopSignal, stopping: bool, processor: BatchProcessor,
+                      exc: BaseException) -> bool:
+    """Whether the query failed only because of our own stop, not in a batch body.
+
+    query.stop() interrupts the stream thread, and while it writes the checkpoint's commit
+    entry or asks the source for offsets, Spark may report that interruption as a failure.
+    No batch body runs then (the runner holds between_batches()), so nothing is lost:
+    the source carries no data and a redone tick only claims again.
+    """
+    if processor.failure is not None:
+        return False
+    return stopping or _stop_killed_a_helper(stop, exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 def _stop_killed_a_helper(stop: StopSignal, exc: BaseException) -> bool:

@@ -28,29 +28,36 @@ def _traffic(topic: str, poison: Msg) -> list[list[Msg]]:
             *[[m] for m in after], [k2[3]], [k2[4]]]
 
 
-def _poison(topic: str, caught: str) -> tuple[Msg, dict[str, str], str]:
-    """The poison message, the topic's config, and what its error says.
+# Before sending: over the topic's max.message.bytes, or a record without a key on a
+# compacted topic (the relay reads cleanup.policy). By the broker: the same keyless record
+# while the relay's view of the topic's config is stale (a failpoint plays the topic turned
+# compacted after the relay read it), so only the broker refuses it (InvalidRecordException).
+CAUGHT = ["before sending", "keyless, before sending", "by the broker"]
 
-    Before sending: over the topic's max.message.bytes. By the broker: a record without
-    a key on a compacted topic, which only the broker refuses (InvalidRecordException).
-    """
+
+def _poison(topic: str, caught: str, monkeypatch: pytest.MonkeyPatch,
+            ) -> tuple[Msg, dict[str, str], str]:
+    """The poison message, the topic's config, and what its error says."""
     if caught == "before sending":
         big = random.Random(3).randbytes(2 * LIMIT)
         return Msg(topic, b"k1", big), {"max.message.bytes": str(LIMIT)}, "over the limit"
-    return Msg(topic, None, b"no key"), {"cleanup.policy": "compact"}, "InvalidRecord"
+    if caught == "by the broker":
+        monkeypatch.setenv("RELAY_FAILPOINTS", "stale_topic_config")
+        return Msg(topic, None, b"no key"), {"cleanup.policy": "compact"}, "InvalidRecord"
+    return Msg(topic, None, b"no key"), {"cleanup.policy": "compact"}, "cleanup.policy=compact"
 
 
 def _values(url: str, table: str) -> list[tuple[int, bytes]]:
     return [(i, bytes(m)) for i, m in query(url, f"SELECT id, message FROM {table} ORDER BY id")]
 
 
-@pytest.mark.parametrize("caught", ["before sending", "by the broker"])
+@pytest.mark.parametrize("caught", CAUGHT)
 def test_block_policy_holds_the_topic_at_the_poison(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
-    caught: str,
+    monkeypatch: pytest.MonkeyPatch, caught: str,
 ) -> None:
     topic = unique("block")
-    poison_msg, topic_config, says = _poison(topic, caught)
+    poison_msg, topic_config, says = _poison(topic, caught, monkeypatch)
     create_topics(stack.kafka_bootstrap, {topic: 1}, **topic_config)
     ids = insert(migrated_url, _traffic(topic, poison_msg))
     config = make_config([topic], relay={"available_now_deadline_s": 1})
@@ -73,13 +80,13 @@ def test_block_policy_holds_the_topic_at_the_poison(
     assert left == ids[5:], "the poison and everything after it wait, in order"
 
 
-@pytest.mark.parametrize("caught", ["before sending", "by the broker"])
+@pytest.mark.parametrize("caught", CAUGHT)
 def test_park_policy_parks_the_poison_and_its_key_and_lets_others_flow(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
-    spark: SparkSession, caught: str,
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, caught: str,
 ) -> None:
     topic = unique("park")
-    poison_msg, topic_config, says = _poison(topic, caught)
+    poison_msg, topic_config, says = _poison(topic, caught, monkeypatch)
     create_topics(stack.kafka_bootstrap, {topic: 1}, **topic_config)
     ids = insert(migrated_url, _traffic(topic, poison_msg))
     config = make_config([topic], relay={"topic_rules": [{"match": ".*", "policy": "park"}]})

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from relay.config import TopicRule
-from relay.control.kafka_admin import topic_name_problem
+from relay.control.kafka_admin import TopicConfig, _topic_config, topic_name_problem
 from relay.control.migrate import discover
 from relay.control.pending import TopicFilter
 from relay.stream.failures import describe_failure
@@ -77,3 +77,23 @@ def test_exit_codes() -> None:
     left = [object()]
     assert _exit_code(True, False, False, left) == EXIT_LEFT_OVER  # type: ignore[arg-type]
     assert _exit_code(True, True, False, left) == EXIT_INTERRUPTED  # type: ignore[arg-type]
+
+
+class _Entry:
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+
+
+@pytest.mark.parametrize(("policy", "compacted"), [
+    ("compact", True), ("delete", False), ("compact,delete", True), ("delete, compact", True),
+    (None, False),
+])
+def test_topic_config_reads_compaction_and_size(policy: str | None, compacted: bool) -> None:
+    entries = {"max.message.bytes": _Entry("1000")}
+    if policy is not None:
+        entries["cleanup.policy"] = _Entry(policy)
+    assert _topic_config(entries) == TopicConfig(1000, compacted)
+
+
+def test_topic_config_without_a_size() -> None:
+    assert _topic_config({}) == TopicConfig(None, False)
