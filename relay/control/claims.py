@@ -46,7 +46,9 @@ candidate AS (
         FROM kafka_messages m
         WHERE m.topic = s.topic
         ORDER BY m.id
-        LIMIT %(limit)s
+        -- A topic retried after an error sends its head alone first: if only the broker
+        -- refuses the head, the rest of a full claim would be appended on every retry.
+        LIMIT CASE WHEN i.error THEN 1 ELSE %(limit)s END
     ) c
 ),
 first_problem AS (
