@@ -129,7 +129,11 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
 # that Hadoop forks for every local checkpoint file when its native library is missing. A
 # write caught by it fails with the helper's exit code (128 + signal) and ends the query,
 # although the batch body had finished; Spark redoes the missing checkpoint entry on restart.
-_HELPER_KILLED = re.compile(r"ExitCodeException exitCode=(?:130|143)\b")
+# Java forks it through jspawnhelper, and the signal may also catch that helper itself.
+_HELPER_KILLED = re.compile(
+    r"ExitCodeException exitCode=(?:130|143)\b"
+    r"|Failed to exec spawn helper: pid: \d+, signal: (?:2|15)\b"
+)
 
 
 def _stop_side_effect(stop: StopSignal, stopping: bool, processor: BatchProcessor,

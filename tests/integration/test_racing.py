@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 
 import pytest
+from pyspark.sql import SparkSession
 
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
+from relay.stream.stop import StopSignal
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
 
@@ -33,28 +37,35 @@ CREATE TRIGGER lock_events AFTER UPDATE ON kafka_topic_info
 
 
 def test_two_relays_never_both_own_a_topic(
-    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    spark: SparkSession,
 ) -> None:
     query(migrated_url, LOCK_EVENTS)
     topics = [unique("race-a"), unique("race-b"), unique("race-c")]
     create_topics(stack.kafka_bootstrap, {t: 2 for t in topics})
+    # Small batches: each relay releases its topics after every batch, so the two
+    # interleave many times instead of one draining everything alone.
+    configs = [make_config(topics, name=n, relay={"batch_size": 60}) for n in ("one", "two")]
+    stops = [StopSignal(), StopSignal()]
+    runs = [run_in_thread(lambda c=c, s=s: run_relay(c, available_now=False, stop=s))  # type: ignore[misc]
+            for c, s in zip(configs, stops, strict=True)]
+    # Both race from the first message: on a loaded machine a relay that starts its
+    # query late would otherwise find the outbox already drained by the other.
+    _wait(lambda: len(spark.streams.active) == 2, 300, "both relays' queries to start")
     ids = insert(migrated_url, [
         [Msg(topics[(t + i) % 3], f"k{(t * 7 + i) % 23}".encode(), f"{t}-{i}".encode())
          for i in range(10)]
         for t in range(400)
     ])
-    # Small batches: each relay releases its topics after every batch, so the two
-    # interleave many times instead of one draining everything alone.
-    configs = [make_config(topics, name=n, relay={"batch_size": 60,
-                                                  "available_now_deadline_s": 180})
-               for n in ("one", "two")]
-
-    runs = [run_in_thread(lambda c=c: run_relay(c)) for c in configs]  # type: ignore[misc]
+    _wait(lambda: query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0, 600,
+          "the outbox to drain")
+    for stop in stops:
+        stop.request("test: drained")
     for thread, _ in runs:
-        thread.join(timeout=600)
+        thread.join(timeout=300)
     results = [r for _, rs in runs for r in rs]
 
-    assert [r.exit_code for r in results] == [EXIT_OK, EXIT_OK], [r.left_over for r in results]
+    assert [r.exit_code for r in results] == [EXIT_OK, EXIT_OK]
     got = consume(stack.kafka_bootstrap, topics, expect=len(ids))
     counts = Counter(r.outbox_id for r in got)
     assert set(counts) == set(ids) and max(counts.values()) == 1
@@ -75,3 +86,10 @@ def test_two_relays_never_both_own_a_topic(
     assert len(owners) == 2, "both relays took locks"
     published = sum(sum(r.stats.published.values()) for r in results)
     assert published == len(ids)
+
+
+def _wait(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)

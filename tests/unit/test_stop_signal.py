@@ -46,3 +46,17 @@ def test_between_batches_waits_for_the_batch_in_flight() -> None:
         order.append("batch done")
     t.join(1)
     assert order == ["batch done", "stop"]
+
+
+@pytest.mark.parametrize("text", [
+    "ExitCodeException exitCode=143: chmod",
+    'Cannot run program "chmod": error=0, Failed to exec spawn helper: pid: 31007, signal: 15',
+])
+def test_a_helper_killed_by_our_own_stop_signal_is_not_a_failure(text: str) -> None:
+    from relay.stream.runner import _stop_killed_a_helper
+
+    stop = StopSignal()
+    assert not _stop_killed_a_helper(stop, RuntimeError(text)), "no stop requested: a failure"
+    stop.request("SIGTERM")
+    assert _stop_killed_a_helper(stop, RuntimeError(text))
+    assert not _stop_killed_a_helper(stop, RuntimeError("Connection refused"))
