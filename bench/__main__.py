@@ -1,8 +1,10 @@
-"""``python -m bench run [--quick] [--only W1,W3] [--no-proposals] [--no-profile]``.
+"""``python -m bench run [--quick] [--only W1,W3] [--proposals] [--no-profile] [--rerun]``.
 
 Starts the bench's own local stack, runs the workloads against every contender and
 writes reports/bench.json, reports/bench.md and the plots. ``--quick`` uses about a
-tenth of the data and marks the report as quick.
+tenth of the data and marks the report as quick. ``--rerun --only W2`` measures W2 again
+(every contender of it) and replaces it in the existing report, which records when and
+why (``--reason``).
 """
 
 from __future__ import annotations
@@ -64,7 +66,37 @@ def sql_proposals(env: BenchEnv, scale: Scale) -> dict[str, Any]:
     return out
 
 
+def rerun(args: argparse.Namespace) -> int:
+    """Measure the --only workloads again and replace them in the report in --out."""
+    import json
+
+    path = Path(args.out) / "bench.json"
+    results = json.loads(path.read_text())
+    only = [w.strip().upper() for w in args.only.split(",")]
+    if results["meta"]["quick"] != args.quick:
+        raise SystemExit("a rerun must use the report's own scale (--quick or not)")
+    started = dt.datetime.now().isoformat(timespec="seconds")
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    env = BenchEnv.start()
+    workloads = Workloads(env, Scale(quick=args.quick), proposals=args.proposals)
+    for name in only:
+        results["workloads"][name] = [o.to_json() for o in getattr(workloads, name.lower())()]
+    env.drop_databases()
+    git, dirty = _git()
+    results["meta"].setdefault("reruns", []).append({
+        "workloads": only, "started": started,
+        "finished": dt.datetime.now().isoformat(timespec="seconds"),
+        "sysload_start": load_start, "sysload_end": [round(x, 2) for x in os.getloadavg()],
+        "git": git, "dirty": dirty, "reason": args.reason or "",
+    })
+    report.write(results, Path(args.out))
+    print(f"[bench] replaced {', '.join(only)} in {path}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.rerun:
+        return rerun(args)
     only = [w.strip().upper() for w in args.only.split(",")] if args.only else list(ALL)
     scale = Scale(quick=args.quick)
     started = time.time()
@@ -144,9 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--no-profile", action="store_true",
                    help="skip the in-process profiling and EXPLAIN runs")
     r.add_argument("--out", default=str(REPO / "reports"))
+    r.add_argument("--rerun", action="store_true",
+                   help="measure the --only workloads again, replacing them in --out's report")
+    r.add_argument("--reason", help="with --rerun: why, recorded in the report")
     rep = sub.add_parser("report", help="rewrite bench.md and the plots from bench.json")
     rep.add_argument("--out", default=str(REPO / "reports"))
     args = p.parse_args(argv)
+    if args.command == "run" and args.rerun and not args.only:
+        p.error("--rerun needs --only")
     if args.command == "report":
         import json
 

@@ -147,6 +147,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         f"`{meta['git']}`{' (with uncommitted changes)' if meta.get('dirty') else ''}. "
         "Every figure below is a ratio of two measurements of this one run.",
         "",
+        *_reruns(meta.get("reruns") or []),
         "**relay** is the product as committed. **relay + proposals** is the same relay with "
         "`bench/proposals.py` applied at run time: "
         + _proposal_names(meta.get("proposals")) + ".",
@@ -218,6 +219,16 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
     if notes.exists():
         lines += ["", notes.read_text(encoding="utf-8")]
     return "\n".join(lines) + "\n"
+
+
+def _reruns(reruns: list[dict[str, Any]]) -> list[str]:
+    """Workloads measured again after the run: all of their contenders, in the rerun."""
+    return [
+        f"**Re-measured:** {', '.join(r['workloads'])}, every contender, {r['started']} to "
+        f"{r['finished']} (load average {r['sysload_start']} to {r['sysload_end']}, commit "
+        f"`{r['git']}`). {r.get('reason') or ''}\n"
+        for r in reruns
+    ]
 
 
 def _proposal_names(proposals: Any) -> str:
