@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -12,7 +11,15 @@ import pytest
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_INTERRUPTED, EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
-from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
+from tests.integration.helpers import (
+    Msg,
+    consume,
+    create_topics,
+    insert,
+    query,
+    unique,
+    wait_for,
+)
 from tests.integration.process import kill_group, signal_group, spark_submit, write_profile
 
 pytestmark = pytest.mark.integration
@@ -21,15 +28,6 @@ pytestmark = pytest.mark.integration
 def _outbox(url: str, topics: list[str], n: int) -> list[int]:
     return insert(url, [[Msg(topics[i % len(topics)], f"k{i % 17}".encode(), f"v{i}".encode())
                          for i in range(j, min(n, j + 50))] for j in range(0, n, 50)])
-
-
-def _wait_for(predicate: object, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.5)
-    return False
 
 
 def test_crash_between_ack_and_delete_resends_at_most_that_session(
@@ -73,7 +71,7 @@ def test_sigterm_in_continuous_mode_finishes_the_batch_and_exits_zero(
     proc = spark_submit(write_profile(config, tmp_path / "relay.toml"), log=tmp_path / "term.log")
     try:
         remaining = lambda: query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0]  # noqa: E731
-        assert _wait_for(lambda: remaining() == 0, 240), (tmp_path / "term.log").read_text()[-3000:]
+        assert wait_for(lambda: remaining() == 0, 240), (tmp_path / "term.log").read_text()[-3000:]
         signal_group(proc, signal.SIGTERM)
         assert proc.wait(timeout=90) == EXIT_OK
     finally:
@@ -96,7 +94,7 @@ def test_sigterm_interrupting_a_drain_exits_non_zero_and_loses_nothing(
                         log=tmp_path / "drain.log")
     try:
         remaining = lambda: query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0]  # noqa: E731
-        assert _wait_for(lambda: remaining() < len(ids), 240)
+        assert wait_for(lambda: remaining() < len(ids), 240)
         signal_group(proc, signal.SIGTERM)
         assert proc.wait(timeout=90) == EXIT_INTERRUPTED
     finally:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 
 import pytest
 from pyspark.sql import SparkSession
@@ -13,7 +11,15 @@ from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from relay.stream.stop import StopSignal
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
-from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
+from tests.integration.helpers import (
+    Msg,
+    consume,
+    create_topics,
+    insert,
+    query,
+    unique,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -51,14 +57,15 @@ def test_two_relays_never_both_own_a_topic(
             for c, s in zip(configs, stops, strict=True)]
     # Both race from the first message: on a loaded machine a relay that starts its
     # query late would otherwise find the outbox already drained by the other.
-    _wait(lambda: len(spark.streams.active) == 2, 300, "both relays' queries to start")
+    assert wait_for(lambda: len(spark.streams.active) == 2, 300, 0.2), \
+        "timed out waiting for both relays' queries to start"
     ids = insert(migrated_url, [
         [Msg(topics[(t + i) % 3], f"k{(t * 7 + i) % 23}".encode(), f"{t}-{i}".encode())
          for i in range(10)]
         for t in range(400)
     ])
-    _wait(lambda: query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0, 600,
-          "the outbox to drain")
+    assert wait_for(lambda: query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0,
+                    600, 0.2), "timed out waiting for the outbox to drain"
     for stop in stops:
         stop.request("test: drained")
     for thread, _ in runs:
@@ -86,10 +93,3 @@ def test_two_relays_never_both_own_a_topic(
     assert len(owners) == 2, "both relays took locks"
     published = sum(sum(r.stats.published.values()) for r in results)
     assert published == len(ids)
-
-
-def _wait(done: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
