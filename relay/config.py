@@ -83,7 +83,6 @@ class PostgresConfig(_Model):
 class KafkaConfig(_Model):
     bootstrap_servers: str = "127.0.0.1:9092"
     max_request_size: int = Field(1_048_576, ge=1024)
-    record_overhead_bytes: int = Field(512, ge=0)
     delivery_timeout_ms: int = Field(60_000, ge=1000)
     request_timeout_ms: int = Field(15_000, ge=1000)
     linger_ms: int = Field(5, ge=0)
@@ -119,8 +118,14 @@ class TopicRule(_Model):
         return _check_regex(value)
 
 
+# Both travel in every record's reserved headers, which the size check must count: capped,
+# so that a record the check lets through always fits (relay.control.record_size).
+MAX_SOURCE_NAME_BYTES = 200
+MAX_HEADER_PREFIX_BYTES = 64
+
+
 class RelaySettings(_Model):
-    source_name: str = "outbox-relay"
+    source_name: str = Field("outbox-relay", min_length=1)
     batch_size: int = Field(10_000, ge=1, le=1_000_000)
     max_batch_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     poll_interval_s: float = Field(0.2, gt=0)
@@ -142,6 +147,16 @@ class RelaySettings(_Model):
     def _valid_regexes(cls, value: list[str]) -> list[str]:
         return [_check_regex(v) for v in value]
 
+    @field_validator("source_name")
+    @classmethod
+    def _short_source_name(cls, value: str) -> str:
+        return _at_most_bytes(value, MAX_SOURCE_NAME_BYTES)
+
+    @field_validator("header_prefix")
+    @classmethod
+    def _short_header_prefix(cls, value: str) -> str:
+        return _at_most_bytes(value, MAX_HEADER_PREFIX_BYTES)
+
 
 class SparkSettings(_Model):
     master: str | None = "local[2]"
@@ -158,6 +173,12 @@ class Config(_Model):
     ledger: LedgerConfig = LedgerConfig()
     relay: RelaySettings = RelaySettings()
     spark: SparkSettings = SparkSettings()
+
+
+def _at_most_bytes(value: str, limit: int) -> str:
+    if len(value.encode()) > limit:
+        raise ValueError(f"must be at most {limit} bytes in UTF-8")
+    return value
 
 
 def _check_regex(value: str) -> str:

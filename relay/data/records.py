@@ -9,11 +9,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from relay.data.partitioning import Partitioner, partition_col
-
-# Reserved header names, after the configured prefix. Consumers dedupe by (source, id).
-HEADER_ID = "id"
-HEADER_SOURCE = "source"
-HEADER_CREATED_AT = "created-at"
+from relay.headers import CREATED_AT_SPARK_FORMAT, HEADER_CREATED_AT, HEADER_ID, HEADER_SOURCE
 
 KAFKA_RECORD_COLUMNS = ("topic", "key", "value", "headers", "partition")
 
@@ -29,7 +25,7 @@ def _headers(source_name: str, prefix: str) -> Column:
         _header(prefix + HEADER_SOURCE, F.lit(source_name)),
         _header(
             prefix + HEADER_CREATED_AT,
-            F.date_format(F.col("created_at"), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"),
+            F.date_format(F.col("created_at"), CREATED_AT_SPARK_FORMAT),
         ),
     )
     # The claim already refused non-object headers, non-string values and reserved names.

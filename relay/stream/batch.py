@@ -21,6 +21,7 @@ from relay.control.claims import Claim, TopicLimits, finish
 from relay.control.kafka_admin import topic_name_problem
 from relay.control.parking import Parking
 from relay.control.pending import TopicFilter, pending_topics
+from relay.control.record_size import payload_allowance
 from relay.errors import DatabaseUnavailableError, UnreachableError
 from relay.stream.delivery import Delivery
 from relay.stream.failures import describe_failure
@@ -119,12 +120,14 @@ class BatchProcessor:
                 continue
             self._note_partitions(topic, info.partitions)
             counts[topic] = info.partitions
-            max_bytes = min(info.max_message_bytes, kafka.max_request_size)
-            rule = rule_for(self.relay.config.relay.topic_rules, topic)
+            settings = self.relay.config.relay
+            max_bytes = payload_allowance(info.max_message_bytes, kafka.max_request_size,
+                                          kafka.compression_type, settings.header_prefix,
+                                          settings.source_name)
+            rule = rule_for(settings.topic_rules, topic)
             # The failpoint plays a topic turned compacted after its config was read.
             key_required = info.compacted and not failpoints.armed("stale_topic_config")
-            limits.append(TopicLimits(topic, max_bytes - kafka.record_overhead_bytes,
-                                      rule.compact, key_required))
+            limits.append(TopicLimits(topic, max_bytes, rule.compact, key_required))
         return limits, counts, doomed
 
     def _park_doomed(

@@ -1,0 +1,14 @@
+"""The reserved headers every record carries, after the configured prefix.
+
+Consumers dedupe by (source, id). The data plane writes them (relay.data.records); the
+control plane counts their bytes in the size check (relay.control.record_size).
+"""
+
+from __future__ import annotations
+
+HEADER_ID = "id"
+HEADER_SOURCE = "source"
+HEADER_CREATED_AT = "created-at"
+# created-at is ISO 8601 in UTC with microseconds: 2026-11-26T06:22:39.123456Z
+CREATED_AT_SPARK_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
+CREATED_AT_CHARS = len("2026-11-26T06:22:39.123456Z")
