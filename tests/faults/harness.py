@@ -190,7 +190,7 @@ class Ownership:
     takeovers: list[tuple[str, str, str, float]]  # topic, old, new, seconds since renewal
     live_takeovers: list[tuple[str, str, str, float]]  # taken while the old lock was fresh
     unfenced: list[str]  # deletes by a process that did not hold the topic's lock
-    stale_claims: list[str]  # claims whose lock was taken over while the claim ran
+    stale_claims: list[str]  # claims made while another process held the lock
 
 
 def ownership(url: str, lock_timeout_s: float) -> Ownership:
@@ -204,8 +204,9 @@ def ownership(url: str, lock_timeout_s: float) -> Ownership:
                  if old is not None and new is not None and old != new]
     # A lock may pass straight to another process only once it has expired.
     live = [x for x in takeovers if x[3] is None or x[3] < lock_timeout_s]
-    # A claim is not atomic with the lock (a takeover may commit while it runs), and
-    # needn't be: it deletes nothing, and its session's delete is fenced. Reported only.
+    # A claim by a process that no longer holds the lock is a send by the wrong owner:
+    # every claim must check the token and an unexpired lock (issue 8, fencing), so the
+    # scenarios assert there is none.
     stale_claims = [
         f"claim of {topic} by {token} while {holder} held it"
         for topic, token, holder in query(
