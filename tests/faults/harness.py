@@ -452,18 +452,13 @@ def read_all(bootstrap: str, topics: Sequence[str], timeout_s: float = 300.0) ->
     })
     out: list[Record] = []
     try:
-        metadata = consumer.list_topics(timeout=30)
         ends: dict[tuple[str, int], int] = {}
         assign = []
-        for topic in topics:
-            meta = metadata.topics.get(topic)
-            if meta is None or meta.error is not None:
-                continue
-            for p in meta.partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-                if high > low:
-                    ends[(topic, p)] = high
-                    assign.append(TopicPartition(topic, p, low))
+        for (topic, p), high in high_watermarks(bootstrap, topics).items():
+            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            if high > low:
+                ends[(topic, p)] = high
+                assign.append(TopicPartition(topic, p, low))
         if not assign:
             return out
         consumer.assign(assign)
@@ -810,13 +805,20 @@ def ledger_entries(spark: Any, config: Config) -> list[tuple[str, int, str]]:
 
 
 def high_watermarks(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:
-    """The current end offset of every partition of `topics`."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("fault-marks")})
+    """The current end offset of every partition of `topics`: the log's end, records of
+    open transactions included (a read_committed consumer is told the stable offset).
+    A topic the broker does not know fails the test: reading it would find nothing."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("fault-marks"),
+                         "isolation.level": "read_uncommitted"})
     try:
         metadata = consumer.list_topics(timeout=30)
         marks = {}
         for topic in topics:
-            for p in metadata.topics[topic].partitions:
+            meta = metadata.topics.get(topic)
+            if meta is None or meta.error is not None:
+                raise AssertionError(f"verification consumer: topic {topic}: "
+                                     f"{meta.error if meta else 'not in metadata'}")
+            for p in meta.partitions:
                 _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
                 marks[(topic, p)] = high
         return marks
