@@ -211,5 +211,6 @@ def test_kill_loop_loses_nothing_and_duplicates_only_what_was_in_flight(
     assert {o for _, _, o in ledger} == {"published"}
     assert not owners.unfenced, owners.unfenced[:5]
     assert not owners.live_takeovers, owners.live_takeovers[:5]
+    assert not owners.stale_claims, owners.stale_claims[:5]
 
 

@@ -100,6 +100,7 @@ def test_three_relays_racing_never_share_a_topic(
     assert codes == [0, 0, 0], "\n".join(logs)
     assert not owners.live_takeovers, owners.live_takeovers[:5]
     assert not owners.unfenced, owners.unfenced[:5]
+    assert not owners.stale_claims, owners.stale_claims[:5]
     assert len(owners.owners) >= 2, "the relays raced: more than one took locks"
     # Without a fault, a duplicate needs a lock that expired under a relay (a stall).
     v.assert_clean(max_duplicates=None)
@@ -264,6 +265,7 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
     assert takeover[0][3] >= lock_timeout, "taken only after it expired"
     assert stolen_deletes == 0, "the frozen relay deleted its session's rows after losing the lock"
     assert not owners.unfenced, owners.unfenced[:5]
+    assert not owners.stale_claims, owners.stale_claims[:5]
     assert not owners.live_takeovers, owners.live_takeovers[:5]
     assert lost_lines, "the frozen relay's log says it lost the lock"
     v.assert_clean(max_duplicates=None)

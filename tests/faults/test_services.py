@@ -124,6 +124,7 @@ def test_broker_outage_backs_off_deletes_nothing_unsent_and_drains_after_restart
         errors
     assert parked == 0, "an outage parked healthy rows"
     assert not owners.unfenced, owners.unfenced[:5]
+    assert not owners.stale_claims, owners.stale_claims[:5]
 
 
 @pytest.mark.scenario("3-database-restart")
@@ -200,6 +201,7 @@ def test_database_restart_mid_drain_reconnects_or_exits_clearly_and_completes(
     v.assert_clean(max_duplicates=None)
     assert v.duplicated_ids <= may_repeat, "duplicates only from sessions that did not finish"
     assert not owners.unfenced, owners.unfenced[:5]
+    assert not owners.stale_claims, owners.stale_claims[:5]
 
 
 def _quiet_count(url: str) -> int | None:

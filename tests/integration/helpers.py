@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg2
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 INSERT = """
@@ -80,40 +80,84 @@ class Received:
         return int(self.headers["outbox-relay.id"])
 
 
-def consume(bootstrap: str, topics: Sequence[str], expect: int, timeout_s: float = 60.0,
-            settle_s: float = 2.0) -> list[Received]:
-    """Everything on `topics` from the beginning; waits for `expect` records, then a
-    little longer so that extra records (duplicates) are seen too."""
+def consume(bootstrap: str, topics: Sequence[str], expect: int,
+            timeout_s: float = 60.0) -> list[Received]:
+    """Every record of `topics`, from the beginning, read with partitions assigned directly.
+
+    Waits up to `timeout_s` for `expect` records, then fetches the high watermark of every
+    partition and reads on until each is reached: every record Kafka holds once the count
+    is in is read, a late duplicate too (a quiet period would stop at the first pause).
+    A consumer error fails the test; a partition's end is no error."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": unique("verify"),
-        "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
     })
-    consumer.subscribe(list(topics))
     out: list[Received] = []
     deadline = time.monotonic() + timeout_s
-    quiet_until: float | None = None
     try:
-        while time.monotonic() < deadline:
+        parts = _partitions(consumer, topics, deadline)
+        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in parts])
+        ends: dict[tuple[str, int], int] | None = None
+        read_to = dict.fromkeys(parts, 0)
+        while ends is None or any(read_to[tp] < end for tp, end in ends.items()):
+            if ends is None and (len(out) >= expect or time.monotonic() >= deadline):
+                ends = _high_watermarks(bootstrap, parts)
+                deadline = max(deadline, time.monotonic() + timeout_s)
+                continue
+            if time.monotonic() >= deadline:
+                behind = {tp: (read_to[tp], end) for tp, end in ends.items() if read_to[tp] < end}
+                raise AssertionError(f"could not read up to the high watermarks: {behind}")
             msg = consumer.poll(0.5)
             if msg is None:
-                if len(out) >= expect:
-                    quiet_until = quiet_until or time.monotonic() + settle_s
-                    if time.monotonic() >= quiet_until:
-                        break
+                # The position also moves past records read_committed never hands out
+                # (transaction markers, aborted records).
+                for tp in consumer.position([TopicPartition(t, p) for t, p in parts]):
+                    read_to[(tp.topic, tp.partition)] = max(read_to[(tp.topic, tp.partition)],
+                                                            tp.offset)
                 continue
             if msg.error():
-                continue
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise AssertionError(f"verification consumer: {msg.error()}")
             out.append(Received(
                 topic=msg.topic(), partition=msg.partition(), offset=msg.offset(),
                 key=msg.key(), value=msg.value(),
                 headers={k: v for k, v in (msg.headers() or [])},
             ))
+            read_to[(msg.topic(), msg.partition())] = msg.offset() + 1
     finally:
         consumer.close()
     return out
+
+
+def _partitions(consumer: Consumer, topics: Sequence[str],
+                deadline: float) -> list[tuple[str, int]]:
+    """Every partition of `topics`, once the broker's metadata knows them all."""
+    while True:
+        metadata = consumer.list_topics(timeout=10)
+        missing = {t: metadata.topics[t].error if t in metadata.topics else "not in metadata"
+                   for t in topics
+                   if t not in metadata.topics or metadata.topics[t].error is not None}
+        if not missing:
+            return [(t, p) for t in topics for p in sorted(metadata.topics[t].partitions)]
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"verification consumer: topics unavailable: {missing}")
+        time.sleep(0.5)
+
+
+def _high_watermarks(bootstrap: str,
+                     parts: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The high watermark of each partition: the end of the log, records of transactions
+    still open included (a read_committed consumer would be told the stable offset)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("marks"),
+                         "isolation.level": "read_uncommitted"})
+    try:
+        return {(t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
+                for t, p in parts}
+    finally:
+        consumer.close()
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> int:

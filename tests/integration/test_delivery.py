@@ -15,7 +15,15 @@ from relay.ledger.delta import Ledger
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
-from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
+from tests.integration.helpers import (
+    Msg,
+    consume,
+    create_topics,
+    insert,
+    query,
+    unique,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -154,16 +162,40 @@ def test_compaction_sends_the_last_message_per_key_and_the_ledger_says_so(
     assert query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0
 
 
+SOURCE_POLL = """
+SELECT query_start FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = 'outbox-relay-source'
+  AND query LIKE %s
+"""
+
+
 def test_an_empty_outbox_runs_no_batch(
     migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner
 ) -> None:
     import threading
 
+    from relay.control.pending import PENDING_TOPICS
     from relay.stream.stop import StopSignal
 
+    # Stop once the streaming source has been seen polling the empty outbox several
+    # times: each poll is a chance for a batch, whatever the machine's speed.
+    polls_seen: set[object] = set()
+
+    def polled() -> bool:
+        polls_seen.update(t for (t,) in query(migrated_url, SOURCE_POLL,
+                                              ("%" + PENDING_TOPICS.strip()[:40] + "%",)))
+        return len(polls_seen) >= 5
+
     stop = StopSignal()
-    threading.Timer(4.0, stop.request, args=("test",)).start()
-    result = run_relay(make_config([unique("idle")]), available_now=False, stop=stop)
+    watcher = threading.Thread(
+        target=lambda: (wait_for(polled, 600, interval_s=0.05), stop.request("test")),
+        daemon=True,
+    )
+    watcher.start()
+    result = run_relay(make_config([unique("idle")], relay={"poll_interval_s": 0.2}),
+                       available_now=False, stop=stop)
+    watcher.join(60)
+    assert len(polls_seen) >= 5, f"the source polled only {len(polls_seen)} times"
     assert result.exit_code == EXIT_OK and result.stats.batches == 0
     polls = query(migrated_url, "SELECT count(*) FROM kafka_topic_info")[0][0]
     assert polls == 0

@@ -61,23 +61,52 @@ def test_crash_between_ack_and_delete_resends_at_most_that_session(
     assert query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0
 
 
+SESSIONS = "SELECT session_id, ids FROM relay_sessions ORDER BY session_id"
+DELETE_WAITING = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'
+  AND query LIKE '%%DELETE FROM kafka_messages%%'
+"""
+
+
 def test_sigterm_in_continuous_mode_finishes_the_batch_and_exits_zero(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, tmp_path: Path
 ) -> None:
+    import psycopg2
+
     topics = [unique("term")]
     create_topics(stack.kafka_bootstrap, {topics[0]: 2})
-    ids = _outbox(migrated_url, topics, 500)
+    ids = _outbox(migrated_url, topics, 3000)
     config = make_config(topics, relay={"batch_size": 100})
+    # A row lock on the first message holds the first batch's delete (its finish) until
+    # this test lets go: the signal provably lands between that batch's claim and its end.
+    holder = psycopg2.connect(migrated_url)
+    holder.cursor().execute("SELECT id FROM kafka_messages WHERE id = %s FOR UPDATE", (ids[0],))
     proc = spark_submit(write_profile(config, tmp_path / "relay.toml"), log=tmp_path / "term.log")
+    log = lambda: (tmp_path / "term.log").read_text()[-3000:]  # noqa: E731
     try:
-        remaining = lambda: query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0]  # noqa: E731
-        assert wait_for(lambda: remaining() == 0, 240), (tmp_path / "term.log").read_text()[-3000:]
+        assert wait_for(lambda: bool(query(migrated_url, SESSIONS)), 300, interval_s=0.05), log()
+        sessions = query(migrated_url, SESSIONS)
         signal_group(proc, signal.SIGTERM)
-        assert proc.wait(timeout=90) == EXIT_OK
+        assert query(migrated_url, SESSIONS) == sessions, "no batch in flight at the signal"
+        # The batch goes on after the signal, up to its delete waiting for the row lock.
+        assert wait_for(lambda: query(migrated_url, DELETE_WAITING)[0][0] > 0, 120,
+                        interval_s=0.1), log()
+        holder.rollback()
+        assert proc.wait(timeout=180) == EXIT_OK, log()
     finally:
+        holder.close()
         kill_group(proc)
-    got = consume(stack.kafka_bootstrap, topics, expect=len(ids))
-    assert sorted(r.outbox_id for r in got) == sorted(ids)
+    session_ids = {i for _, ids_ in sessions for i in ids_}
+    assert ids[0] in session_ids
+    left = {i for (i,) in query(migrated_url, "SELECT id FROM kafka_messages")}
+    assert not session_ids & left, "the batch in flight at the signal was not deleted"
+    delivered = set(ids) - left
+    got = Counter(r.outbox_id for r in consume(stack.kafka_bootstrap, topics,
+                                               expect=len(delivered)))
+    assert session_ids <= set(got), "the batch in flight at the signal was not delivered"
+    assert set(got) == delivered and max(got.values()) == 1, "sent exactly what was deleted"
+    assert query(migrated_url, "SELECT count(*) FROM relay_sessions")[0][0] == 0
     assert query(migrated_url, "SELECT count(*) FROM kafka_topic_info "
                  "WHERE locked_by IS NOT NULL")[0][0] == 0
 

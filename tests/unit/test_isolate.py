@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import math
 
 from relay.stream.failures import refused_for_good
@@ -17,6 +18,15 @@ def _sender(bad: set[int], log: list[tuple[int, int]], reason: str = TOO_LARGE):
     return send
 
 
+def _send_ranges(ids: list[int], log: list[tuple[int, int]]) -> list[list[int]]:
+    """Each logged send as the run of `ids` it covered; fails unless it is such a run."""
+    runs = []
+    for first, last in log:
+        assert first in ids and last in ids and first <= last, (first, last)
+        runs.append(ids[ids.index(first) : ids.index(last) + 1])
+    return runs
+
+
 def test_finds_the_first_poison_message_in_log_sends() -> None:
     ids = list(range(100, 1124))
     log: list[tuple[int, int]] = []
@@ -25,8 +35,26 @@ def test_finds_the_first_poison_message_in_log_sends() -> None:
     assert result.delivered == list(range(100, 777))
     assert len(log) <= math.ceil(math.log2(len(ids))) + 1
     assert result.attempts == len(log) + 1
-    # Only messages before the culprit were ever re-sent, never one after it.
-    assert all(first < 777 or first == 777 for first, _ in log)
+    runs = _send_ranges(ids, log)
+    went_through = [r for r in runs if 777 not in r]
+    failed = [r for r in runs if 777 in r]
+    # Every send that went through lay wholly before the culprit: only messages before it
+    # are delivered twice, and each of them once more at most (the sends are disjoint and
+    # together are exactly the delivered prefix, in id order).
+    assert all(r[-1] < 777 for r in went_through)
+    assert [i for r in went_through for i in r] == result.delivered
+    # Each send starts at the first message not yet delivered: none is skipped, and the
+    # search never goes back over what went through.
+    delivered = 0
+    for first, r in zip((f for f, _ in log), runs, strict=True):
+        assert first == ids[delivered]
+        delivered += len(r) if 777 not in r else 0
+    # Each failed send held the culprit, and each was narrower than the one before it.
+    # Ids after the culprit travel only in these failed sends: bisection cannot keep them
+    # out, so "never one after it" holds for delivered sends, not for every send.
+    assert all(len(a) > len(b) for a, b in itertools.pairwise(failed))
+    # The search ends with the culprit sent alone, for its own reason.
+    assert log[-1] == (777, 777)
 
 
 def test_single_message() -> None:
@@ -48,7 +76,9 @@ def test_outage_mid_isolation_stops_narrowing() -> None:
         return TIMEOUT
 
     result = isolate(list(range(16)), TOO_LARGE, send)
-    assert len(calls) == 1 and not result.poison
+    # One send of the first half, then no narrowing during the outage.
+    assert calls == [(0, 7)] and not result.poison
+    assert result.culprit is None and result.delivered == [] and result.attempts == 2
 
 
 def test_classification() -> None:

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -9,43 +8,84 @@ from relay.stream import stop as stop_module
 from relay.stream.stop import StopSignal
 
 
+class _Clock:
+    """A monotonic clock the test moves by hand: the echo window is about time between
+    two signals, and real time on a loaded machine makes that window a race."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    fake = _Clock()
+    monkeypatch.setattr(stop_module, "time", fake)
+    return fake
+
+
+@pytest.fixture
+def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    monkeypatch.setattr(stop_module.os, "_exit", calls.append)
+    return calls
+
+
 def test_first_request_sets_the_flag_and_echoes_are_one_request(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: _Clock, exits: list[int]
 ) -> None:
-    exits: list[int] = []
-    monkeypatch.setattr(stop_module.os, "_exit", exits.append)
     stop = StopSignal()
     assert not stop.requested
     stop.request("SIGTERM")
+    clock.now += stop_module._ECHO_WINDOW_S  # the edge of the window is still an echo
     stop.request("SIGTERM to the JVM")  # the same group signal, seen by the JVM too
     assert stop.requested and exits == []
 
 
-def test_a_later_second_signal_exits_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    exits: list[int] = []
-    monkeypatch.setattr(stop_module.os, "_exit", exits.append)
-    monkeypatch.setattr(stop_module, "_ECHO_WINDOW_S", 0.01)
+def test_a_later_second_signal_exits_at_once(clock: _Clock, exits: list[int]) -> None:
     stop = StopSignal()
     stop.request("SIGTERM")
-    time.sleep(0.05)
+    clock.now += stop_module._ECHO_WINDOW_S + 0.001
     stop.request("SIGINT")
     assert exits == [stop_module.EXIT_AT_ONCE]
 
 
+class _WatchedLock:
+    """A lock that says when a thread has to wait for it, so the test knows the stopper
+    is blocked behind the batch rather than merely slow to start."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.contended = threading.Event()
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            self.contended.set()
+            self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 def test_between_batches_waits_for_the_batch_in_flight() -> None:
     stop = StopSignal()
+    lock = _WatchedLock()
+    stop._batch = lock  # type: ignore[assignment]
     order: list[str] = []
-    with stop.between_batches():
-        def stopper() -> None:
-            with stop.between_batches():
-                order.append("stop")
 
-        t = threading.Thread(target=stopper)
+    def stopper() -> None:
+        with stop.between_batches():
+            order.append("stop")
+
+    t = threading.Thread(target=stopper)
+    with stop.between_batches():
         t.start()
-        time.sleep(0.05)
+        assert lock.contended.wait(60), "the stopper never had to wait for the batch"
         order.append("batch done")
-    t.join(1)
-    assert order == ["batch done", "stop"]
+    t.join(60)
+    assert not t.is_alive() and order == ["batch done", "stop"]
 
 
 @pytest.mark.parametrize("text", [
