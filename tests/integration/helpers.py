@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,10 +81,12 @@ class Received:
 
 
 def consume(bootstrap: str, topics: Sequence[str], expect: int, timeout_s: float = 60.0,
-            settle_s: float = 2.0) -> list[Received]:
+            settle_s: float = 2.0, conf: Mapping[str, str] | None = None) -> list[Received]:
     """Everything on `topics` from the beginning; waits for `expect` records, then a
-    little longer so that extra records (duplicates) are seen too."""
+    little longer so that extra records (duplicates) are seen too. `conf` adds client
+    settings (e.g. SASL credentials)."""
     consumer = Consumer({
+        **(conf or {}),
         "bootstrap.servers": bootstrap,
         "group.id": unique("verify"),
         "auto.offset.reset": "earliest",
