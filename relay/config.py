@@ -89,6 +89,9 @@ class KafkaConfig(_Model):
     batch_size: int = Field(262_144, ge=1024)
     compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
     admin_timeout_s: float = Field(10.0, gt=0)
+    # How long the broker must keep saying a topic does not exist before its rows count
+    # as undeliverable (parked under `park`): a new topic's metadata takes a moment.
+    missing_topic_grace_s: float = Field(60.0, ge=0)
     # Security and other client settings, passed through verbatim in each dialect.
     java_options: dict[str, str] = Field(default_factory=dict)
     librdkafka_options: dict[str, str] = Field(default_factory=dict)

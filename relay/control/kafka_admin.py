@@ -9,7 +9,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from relay.config import KafkaConfig
@@ -70,6 +70,39 @@ class TopicInfo:
     compacted: bool
 
 
+@dataclass(frozen=True)
+class TopicUnavailable:
+    """Kafka gave no usable metadata for a topic, and why.
+
+    Only `missing` (the broker itself answered UNKNOWN_TOPIC_OR_PART) may ever make the
+    topic's rows doomed, and only after a grace period: a topic being created or its
+    metadata propagating says the same for a moment.
+    """
+
+    reason: str
+    missing: bool
+
+
+def topic_unavailable(topic: str, error: KafkaError | None) -> TopicUnavailable:
+    """What a topic-level metadata error means for the relay.
+
+    Anything but "unknown topic" is an outage that an operator or time cures, never a
+    property of the rows: a denied ACL, a leader election, a topic without partitions yet.
+    """
+    code = error.code() if error is not None else None
+    if error is not None and code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        return TopicUnavailable(f"topic {topic!r} does not exist in Kafka", missing=True)
+    if error is None:
+        return TopicUnavailable(f"Kafka reports no partitions for topic {topic!r} yet", False)
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return TopicUnavailable(
+            f"not authorized to access topic {topic!r} in Kafka ({error.str()}): "
+            "the relay's principal needs Describe and Write on it", missing=False)
+    return TopicUnavailable(
+        f"Kafka cannot describe topic {topic!r} right now: {error.name()} ({error.str()})",
+        missing=False)
+
+
 def librdkafka_conf(kafka: KafkaConfig) -> dict[str, Any]:
     conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers}
     conf.update(kafka.librdkafka_options)
@@ -82,7 +115,9 @@ class KafkaAdmin:
     def __init__(self, kafka: KafkaConfig) -> None:
         self._kafka = kafka
         self._log = _ClientLog()
-        conf: dict[str, Any] = {**librdkafka_conf(kafka), "logger": self._log}
+        # Asking for a topic by name must never create it on a broker that allows that.
+        conf: dict[str, Any] = {**librdkafka_conf(kafka), "logger": self._log,
+                                "allow.auto.create.topics": False}
         self._client = AdminClient(conf)
         self._configs: dict[str, tuple[float, TopicConfig]] = {}
 
@@ -103,16 +138,21 @@ class KafkaAdmin:
         if not md.brokers:
             raise UnreachableError(f"cannot reach Kafka at {self._kafka.bootstrap_servers}")
 
-    def describe(self, topics: Collection[str]) -> dict[str, TopicInfo | None]:
-        """Partitions, max.message.bytes and compaction per topic; None where it is missing."""
+    def describe(self, topics: Collection[str]) -> dict[str, TopicInfo | TopicUnavailable]:
+        """Partitions, max.message.bytes and compaction per topic, or why there are none."""
         self._client.poll(0)
         md = self._client.list_topics(timeout=self._kafka.admin_timeout_s)
-        found: dict[str, TopicInfo | None] = {}
+        found: dict[str, TopicInfo | TopicUnavailable] = {}
         present = []
         for topic in topics:
             meta = md.topics.get(topic)
+            if meta is None:
+                # A full listing leaves out the topics this principal may not describe as
+                # well as the missing ones; only a request naming the topic tells them apart.
+                meta = self._client.list_topics(
+                    topic, timeout=self._kafka.admin_timeout_s).topics.get(topic)
             if meta is None or meta.error is not None or not meta.partitions:
-                found[topic] = None
+                found[topic] = topic_unavailable(topic, meta.error if meta else None)
             else:
                 present.append((topic, len(meta.partitions)))
         configs = self._topic_configs([t for t, _ in present])

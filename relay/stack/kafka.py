@@ -6,6 +6,7 @@ import base64
 import logging
 import subprocess
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -147,11 +148,17 @@ def _format_storage(paths: StackPaths, jars: Path) -> None:
         raise failure(SERVICE, "formatting the KRaft storage failed", paths.kafka_console)
 
 
-def start(paths: StackPaths, port: int, controller_port: int) -> int:
-    """Launch the broker detached from us; returns its pid (not yet ready)."""
+def start(paths: StackPaths, port: int, controller_port: int,
+          extra_properties: Mapping[str, str] | None = None) -> int:
+    """Launch the broker detached from us; returns its pid (not yet ready).
+
+    `extra_properties` override or add to the defaults, e.g. a SASL listener and an
+    authorizer for a test broker.
+    """
     jars = kafka_jars_dir()
     paths.kafka_root.mkdir(parents=True, exist_ok=True)
-    props = server_properties(port, controller_port, paths.kafka_data)
+    props = {**server_properties(port, controller_port, paths.kafka_data),
+             **(extra_properties or {})}
     paths.kafka_properties.write_text(render_properties(props))
     paths.kafka_log4j.write_text(render_log4j2(paths.kafka_log))
     _format_storage(paths, jars)
@@ -174,8 +181,12 @@ def _probe_logger() -> logging.Logger:
     return logger
 
 
-def wait_ready(paths: StackPaths, port: int, pid: int, timeout: float) -> None:
-    """Block until the broker answers a metadata request and lists itself."""
+def wait_ready(paths: StackPaths, port: int, pid: int, timeout: float,
+               client_conf: Mapping[str, Any] | None = None) -> None:
+    """Block until the broker answers a metadata request and lists itself.
+
+    `client_conf` adds librdkafka settings, e.g. SASL credentials.
+    """
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -185,6 +196,7 @@ def wait_ready(paths: StackPaths, port: int, pid: int, timeout: float) -> None:
         # delay noticing a broker that has just come up.
         "reconnect.backoff.max.ms": 500,
         "logger": _probe_logger(),
+        **(client_conf or {}),
     }
     admin = AdminClient(conf)
 

@@ -18,10 +18,11 @@ from pyspark.sql import DataFrame
 
 from relay import failpoints
 from relay.control.claims import Claim, TopicLimits, finish
-from relay.control.kafka_admin import topic_name_problem
+from relay.control.kafka_admin import TopicInfo, TopicUnavailable, topic_name_problem
 from relay.control.parking import Parking
 from relay.control.pending import TopicFilter, pending_topics
 from relay.control.record_size import payload_allowance
+from relay.control.topic_meta import TopicMeta
 from relay.errors import DatabaseUnavailableError, UnreachableError
 from relay.stream.delivery import Delivery
 from relay.stream.failures import describe_failure
@@ -54,7 +55,7 @@ class BatchProcessor:
         self._filter = TopicFilter(settings.include_topics, settings.exclude_topics)
         self._parking = Parking(relay.db, relay.token, settings.source_name, settings.header_prefix)
         self._delivery = Delivery(relay, self._parking)
-        self._partitions: dict[str, int] = {}
+        self._topic_meta = TopicMeta(relay.db)
         # The error that ended a batch body, if one did: the runner tells it apart from
         # what its own query.stop() makes Spark raise after the last body finished.
         self.failure: BaseException | None = None
@@ -100,8 +101,9 @@ class BatchProcessor:
         """What fails for certain is caught before anything is sent.
 
         Returns the limits of the sendable topics, their partition counts, and the
-        topics Kafka will never accept (illegal name, missing) with the reason. An
-        outage is only an error: it must never make a healthy row look doomed.
+        topics Kafka will never accept (illegal name, missing beyond the grace period)
+        with the reason. An outage is only an error: it must never make a healthy row
+        look doomed.
         """
         kafka = self.relay.config.kafka
         doomed = {t: p for t in locked if (p := topic_name_problem(t)) is not None}
@@ -112,13 +114,12 @@ class BatchProcessor:
             reason = f"Kafka unavailable: {describe_failure(exc)}"
             errors.update({t: reason for t in named})
             return [], {}, doomed
+        present = {t: i for t in named if isinstance(i := infos.get(t), TopicInfo)}
+        self._note_partitions({t: i.partitions for t, i in present.items()})
+        self._sort_unavailable(
+            {t: i for t, i in infos.items() if isinstance(i, TopicUnavailable)}, errors, doomed)
         limits, counts = [], {}
-        for topic in named:
-            info = infos.get(topic)
-            if info is None:
-                doomed[topic] = f"topic {topic!r} does not exist in Kafka"
-                continue
-            self._note_partitions(topic, info.partitions)
+        for topic, info in present.items():
             counts[topic] = info.partitions
             settings = self.relay.config.relay
             max_bytes = payload_allowance(info.max_message_bytes, kafka.max_request_size,
@@ -129,6 +130,23 @@ class BatchProcessor:
             key_required = info.compacted and not failpoints.armed("stale_topic_config")
             limits.append(TopicLimits(topic, max_bytes, rule.compact, key_required))
         return limits, counts, doomed
+
+    def _sort_unavailable(self, unavailable: dict[str, TopicUnavailable],
+                          errors: dict[str, str], doomed: dict[str, str]) -> None:
+        """A topic the broker has called missing for longer than the grace is doomed;
+        every other unavailable topic is in error and backs off."""
+        grace = self.relay.config.kafka.missing_topic_grace_s
+        missing_for = self._topic_meta.note_missing(
+            [t for t, u in unavailable.items() if u.missing])
+        for topic, u in unavailable.items():
+            seconds = missing_for.get(topic)
+            if seconds is None:
+                errors[topic] = u.reason
+            elif seconds >= grace:
+                doomed[topic] = f"{u.reason} (reported missing for {seconds:.0f} s)"
+            else:
+                errors[topic] = (f"{u.reason} (for {seconds:.0f} s so far; it counts as "
+                                 f"missing after kafka.missing_topic_grace_s = {grace:g} s)")
 
     def _park_doomed(
         self, limits: list[TopicLimits], doomed: dict[str, str], errors: dict[str, str]
@@ -151,15 +169,13 @@ class BatchProcessor:
             self.stats.parked[topic] += n
             log.warning("topic %s: parked %d message(s): %s", topic, n, reason)
 
-    def _note_partitions(self, topic: str, partitions: int) -> None:
-        before = self._partitions.get(topic)
-        if before is not None and before != partitions:
+    def _note_partitions(self, counts: dict[str, int]) -> None:
+        for change in self._topic_meta.note_present(counts):
             log.warning(
                 "topic %s went from %d to %d partitions: keys now map to other partitions, "
                 "so a key's messages before and after this point may sit in two partitions",
-                topic, before, partitions,
+                change.topic, change.before, change.after,
             )
-        self._partitions[topic] = partitions
 
     def _claim_and_send(
         self,

@@ -11,11 +11,13 @@ _JAVA_ERROR = re.compile(r"((?:[a-z]+\.)+[A-Z][A-Za-z]*(?:Exception|Error):[^\n]
 
 # Errors that sending again will not cure. Anything else (timeouts, a broker going
 # away, not enough replicas) is an outage: the topic backs off, nothing is parked.
+# A denied ACL (TopicAuthorizationException) is an outage too: an operator fixes it and
+# the same rows then go through, so parking them would only hurt.
 # The last alternative is what the producer reports for the healthy neighbours of an
 # invalid record in the same produce batch.
 _FOR_GOOD = re.compile(
     r"RecordTooLargeException|RecordBatchTooLargeException|InvalidTopicException|"
-    r"TopicAuthorizationException|InvalidRecordException|PolicyViolationException|"
+    r"InvalidRecordException|PolicyViolationException|"
     r"CorruptRecordException|SerializationException|InvalidRequestException|"
     r"part of a batch which had one more more invalid records"
 )

@@ -110,8 +110,10 @@ def poison_run(stack: StackInfo, spark: SparkSession, tmp_path_factory: pytest.T
     per_topic = 1000 if long_mode else 200
     mixed_traffic(outbox, healthy, every, _poison, per_topic=per_topic, keys=6, seed=6)
     outbox.close()
+    # A short grace: the missing topics stay missing, and the suite need not wait a minute.
     config = relay_config(url, stack.kafka_bootstrap, tmp_path, source_name="fault-poison",
-                          relay={"batch_size": 100, "topic_rules": [PARK_RULE]})
+                          relay={"batch_size": 100, "topic_rules": [PARK_RULE]},
+                          kafka={"missing_topic_grace_s": 2})
     with relays() as procs:
         proc = start_relay(config, tmp_path, "relay",
                            env={"RELAY_FAILPOINTS": "stale_topic_config"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,15 +80,17 @@ class Received:
         return int(self.headers["outbox-relay.id"])
 
 
-def consume(bootstrap: str, topics: Sequence[str], expect: int,
-            timeout_s: float = 60.0) -> list[Received]:
+def consume(bootstrap: str, topics: Sequence[str], expect: int, timeout_s: float = 60.0,
+            conf: Mapping[str, str] | None = None) -> list[Received]:
     """Every record of `topics`, from the beginning, read with partitions assigned directly.
 
     Waits up to `timeout_s` for `expect` records, then fetches the high watermark of every
     partition and reads on until each is reached: every record Kafka holds once the count
     is in is read, a late duplicate too (a quiet period would stop at the first pause).
-    A consumer error fails the test; a partition's end is no error."""
+    A consumer error fails the test; a partition's end is no error. `conf` adds client
+    settings (e.g. SASL credentials)."""
     consumer = Consumer({
+        **(conf or {}),
         "bootstrap.servers": bootstrap,
         "group.id": unique("verify"),
         "enable.auto.commit": False,
@@ -103,7 +105,7 @@ def consume(bootstrap: str, topics: Sequence[str], expect: int,
         read_to = dict.fromkeys(parts, 0)
         while ends is None or any(read_to[tp] < end for tp, end in ends.items()):
             if ends is None and (len(out) >= expect or time.monotonic() >= deadline):
-                ends = _high_watermarks(bootstrap, parts)
+                ends = _high_watermarks(bootstrap, parts, conf)
                 deadline = max(deadline, time.monotonic() + timeout_s)
                 continue
             if time.monotonic() >= deadline:
@@ -147,12 +149,12 @@ def _partitions(consumer: Consumer, topics: Sequence[str],
         time.sleep(0.5)
 
 
-def _high_watermarks(bootstrap: str,
-                     parts: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+def _high_watermarks(bootstrap: str, parts: Sequence[tuple[str, int]],
+                     conf: Mapping[str, str] | None) -> dict[tuple[str, int], int]:
     """The high watermark of each partition: the end of the log, records of transactions
     still open included (a read_committed consumer would be told the stable offset)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("marks"),
-                         "isolation.level": "read_uncommitted"})
+    consumer = Consumer({**(conf or {}), "bootstrap.servers": bootstrap,
+                         "group.id": unique("marks"), "isolation.level": "read_uncommitted"})
     try:
         return {(t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
                 for t, p in parts}

@@ -124,7 +124,9 @@ def test_missing_topic_parks_under_park_and_requeue_brings_it_back(
 ) -> None:
     topic = unique("later")
     ids = insert(migrated_url, [[Msg(topic, b"k", f"m{i}".encode()) for i in range(4)]])
-    config = make_config([topic], relay={"topic_rules": [{"match": ".*", "policy": "park"}]})
+    # Missing for good: no grace (test_kafka_outages covers the grace itself).
+    config = make_config([topic], relay={"topic_rules": [{"match": ".*", "policy": "park"}]},
+                         kafka={"missing_topic_grace_s": 0})
     assert run_relay(config).exit_code == EXIT_OK
     assert [i for i, _ in _values(migrated_url, "relay_parked_messages")] == ids
 

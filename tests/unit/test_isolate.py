@@ -109,3 +109,11 @@ def test_a_culprit_that_goes_through_alone_is_not_poison() -> None:
     calls = iter([TOO_LARGE, None, None, None])
     result = isolate(list(range(4)), TOO_LARGE, lambda a, b: next(calls))
     assert result.culprit is None and not result.poison
+
+
+def test_a_denied_acl_is_an_outage_not_poison() -> None:
+    denied = ("org.apache.kafka.common.errors.TopicAuthorizationException: "
+              "Not authorized to access topics: [orders]")
+    assert not refused_for_good(denied)
+    result = isolate(list(range(8)), denied, _sender(set(range(8)), []))
+    assert not result.poison and result.attempts == 1
