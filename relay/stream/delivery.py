@@ -1,9 +1,18 @@
-"""Sends a batch's sessions in one Spark write, and finds what failed when it fails."""
+"""Sends a batch's sessions in one Spark write, and finds what failed when it fails.
+
+Each write runs under a Spark job tag of its own, so that a lock lost while it runs
+(reported by the heartbeat thread through `lock_lost`) cancels it: a job tag, unlike a
+job group, adds to the streaming query's own group instead of replacing it on the
+foreachBatch thread, so stopping the query still cancels the write too.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
+import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pyspark.sql import functions as F
@@ -17,6 +26,7 @@ from relay.errors import UnreachableError
 from relay.stream.failures import describe_failure
 from relay.stream.isolate import isolate
 from relay.stream.policy import rule_for
+from relay.stream.topic_bisect import bisect_topics, named_topics
 from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
@@ -35,27 +45,74 @@ class Delivery:
     def __init__(self, relay: Relay, parking: Parking) -> None:
         self.relay = relay
         self.parking = parking
+        self._guard = threading.Lock()
+        self._lost: set[str] = set()
+        self._in_flight: tuple[str, frozenset[str]] | None = None  # (job tag, topics)
+        self._named: set[str] = set()  # the topics the last failed write named
+
+    def lock_lost(self, topics: set[str]) -> None:
+        """Thread-safe: `topics` are no longer ours. Nothing more is sent for them in
+        this batch, and the write in flight is cancelled if it holds any of them."""
+        with self._guard:
+            self._lost |= topics
+            flight = self._in_flight
+        if flight is not None and flight[1] & topics:
+            log.warning("lock lost for %s: cancelling the write in flight", sorted(topics))
+            self.relay.spark.sparkContext.cancelJobsWithTag(flight[0])
+
+    def _lost_now(self) -> frozenset[str]:
+        with self._guard:
+            return frozenset(self._lost)
 
     def deliver(self, batch_id: int, sessions: list[Claim], counts: dict[str, int]) -> Outcome:
-        """One write for every session; on failure, topic by topic, then message by message."""
-        failure = self._try(batch_id, counts, None)
+        """One write for every session; on failure, bisection over topics, then message by
+        message. Topics whose lock is lost are dropped: not sent again, not isolated,
+        neither acknowledged nor errored (the new owner has them)."""
+        try:
+            outcome = self._deliver(batch_id, sessions, counts)
+            lost = self._lost_now()
+            outcome.acknowledged = [c for c in outcome.acknowledged if c.topic not in lost]
+            outcome.errors = {t: r for t, r in outcome.errors.items() if t not in lost}
+            if lost & {c.topic for c in sessions}:
+                log.warning("batch %d: dropped the topics whose lock was lost: %s",
+                            batch_id, sorted(lost & {c.topic for c in sessions}))
+            return outcome
+        finally:
+            with self._guard:
+                self._lost.clear()
+
+    def _deliver(self, batch_id: int, sessions: list[Claim], counts: dict[str, int]) -> Outcome:
+        topics = sorted(c.topic for c in sessions)
+        failure = self._try(batch_id, counts, topics)
         if failure is None:
             return Outcome(acknowledged=list(sessions))
         log.warning("write of batch %d failed: %s", batch_id, failure)
-        topics = sorted(c.topic for c in sessions)
         try:
             self.relay.admin.check_reachable()
         except UnreachableError as down:
             return Outcome(errors={t: f"Kafka unavailable: {down}" for t in topics})
-        failed = {topics[0]: failure} if len(topics) == 1 else {
-            t: r for t in topics if (r := self._try(batch_id, counts, [t])) is not None
-        }
-        outcome = Outcome(acknowledged=[c for c in sessions if c.topic not in failed])
+        found = bisect_topics(
+            topics, failure, lambda group: self._try(batch_id, counts, group),
+            named=set(self._named), outage=self._outage, lost=self._lost_now,
+        )
+        if len(topics) > 1:
+            log.warning("batch %d: %d write(s) to find the failing topics %s",
+                        batch_id, found.attempts, sorted(found.failing))
+        acknowledged = set(found.acknowledged)
+        outcome = Outcome(acknowledged=[c for c in sessions if c.topic in acknowledged],
+                          errors=dict(found.unavailable))
         for claim in sessions:
-            if claim.topic in failed:
-                self._isolate(batch_id, counts, claim, failed[claim.topic], outcome)
+            if claim.topic in found.failing:
+                self._isolate(batch_id, counts, claim, found.failing[claim.topic], outcome)
         return outcome
 
+    def _outage(self, reason: str) -> str | None:
+        """Why Kafka counts as down after a failure that sending again might cure."""
+        try:
+            self.relay.admin.check_reachable()
+        except UnreachableError as down:
+            return f"Kafka unavailable: {down}"
+        return None
     def _isolate(self, batch_id: int, counts: dict[str, int], claim: Claim, reason: str,
                  outcome: Outcome) -> None:
         assert claim.session_id is not None
@@ -78,20 +135,33 @@ class Delivery:
         else:
             outcome.errors[claim.topic] = where
 
-    def _try(self, batch_id: int, counts: dict[str, int], topics: list[str] | None,
+    def _try(self, batch_id: int, counts: dict[str, int], topics: Sequence[str],
              ids: IdRange | None = None) -> str | None:
+        """One write of `topics` (those not lost); None when Kafka acknowledged it all."""
+        tag = f"relay-write-{uuid.uuid4().hex}"
+        with self._guard:
+            live = [t for t in topics if t not in self._lost]
+            self._in_flight = (tag, frozenset(live))
+        if not live:
+            return f"lock lost for {sorted(topics)}: nothing sent"
+        spark = self.relay.spark.sparkContext
+        spark.addJobTag(tag)
         try:
-            self._write(batch_id, counts, topics, ids)
+            self._write(batch_id, counts, live, ids)
             return None
         except Exception as exc:  # any failed write: the caller decides what it means
+            self._named = named_topics(str(exc), live)
             return describe_failure(exc)
+        finally:
+            spark.removeJobTag(tag)
+            with self._guard:
+                self._in_flight = None
 
-    def _write(self, batch_id: int, counts: dict[str, int], topics: list[str] | None,
+    def _write(self, batch_id: int, counts: dict[str, int], topics: list[str],
                ids: IdRange | None) -> None:
         cfg = self.relay.config
         claimed = read_claimed(self.relay.spark, cfg.postgres, batch_id, cfg.relay.read_partitions)
-        if topics is not None:
-            claimed = claimed.where(F.col("topic").isin(topics))
+        claimed = claimed.where(F.col("topic").isin(topics))
         if ids is not None:
             claimed = claimed.where(F.col("id").between(ids[0], ids[1]))
         records = claimed.transform(in_key_order).transform(
