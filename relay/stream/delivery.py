@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 IdRange = tuple[int, int]
 
+# How often a lost topic's write is cancelled again until it has ended.
+_CANCEL_RETRY_S = 0.2
+
 
 @dataclass
 class Outcome:
@@ -46,6 +49,7 @@ class Delivery:
         self.relay = relay
         self.parking = parking
         self._guard = threading.Lock()
+        self._ended = threading.Condition(self._guard)  # notified when a write ends
         self._lost: set[str] = set()
         self._in_flight: tuple[str, frozenset[str]] | None = None  # (job tag, topics)
         self._named: set[str] = set()  # the topics the last failed write named
@@ -58,7 +62,25 @@ class Delivery:
             flight = self._in_flight
         if flight is not None and flight[1] & topics:
             log.warning("lock lost for %s: cancelling the write in flight", sorted(topics))
-            self.relay.spark.sparkContext.cancelJobsWithTag(flight[0])
+            threading.Thread(target=self._cancel, args=(flight[0],), daemon=True,
+                             name="relay-cancel-write").start()
+
+    def _cancel(self, tag: str) -> None:
+        """Cancels the write tagged `tag` until it has ended: Spark cancels only the jobs
+        already submitted, and the write may not have submitted its job yet."""
+        spark = self.relay.spark.sparkContext
+        while True:
+            try:
+                spark.cancelJobsWithTag(tag)
+            except Exception as exc:  # the Spark application is gone: so is the write
+                log.warning("could not cancel the write %s: %s", tag, exc)
+                return
+            with self._ended:
+                if self._ended.wait_for(lambda: self._flying() != tag, _CANCEL_RETRY_S):
+                    return
+
+    def _flying(self) -> str | None:
+        return self._in_flight[0] if self._in_flight is not None else None
 
     def _lost_now(self) -> frozenset[str]:
         with self._guard:
@@ -145,6 +167,9 @@ class Delivery:
         if not live:
             return f"lock lost for {sorted(topics)}: nothing sent"
         spark = self.relay.spark.sparkContext
+        # Interrupted, a cancelled task stops producing at once instead of running on
+        # (the streaming query sets the same on its thread; a plain caller may not).
+        spark.setInterruptOnCancel(True)
         spark.addJobTag(tag)
         try:
             self._write(batch_id, counts, live, ids)
@@ -154,8 +179,9 @@ class Delivery:
             return describe_failure(exc)
         finally:
             spark.removeJobTag(tag)
-            with self._guard:
+            with self._ended:
                 self._in_flight = None
+                self._ended.notify_all()
 
     def _write(self, batch_id: int, counts: dict[str, int], topics: list[str],
                ids: IdRange | None) -> None:
