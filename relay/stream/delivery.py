@@ -109,10 +109,8 @@ class Delivery:
         if failure is None:
             return Outcome(acknowledged=list(sessions))
         log.warning("write of batch %d failed: %s", batch_id, failure)
-        try:
-            self.relay.admin.check_reachable()
-        except UnreachableError as down:
-            return Outcome(errors={t: f"Kafka unavailable: {down}" for t in topics})
+        if (down := self._outage(failure)) is not None:
+            return Outcome(errors=dict.fromkeys(topics, down))
         found = bisect_topics(
             topics, failure, lambda group: self._try(batch_id, counts, group),
             named=set(self._named), outage=self._outage, lost=self._lost_now,
@@ -129,12 +127,13 @@ class Delivery:
         return outcome
 
     def _outage(self, reason: str) -> str | None:
-        """Why Kafka counts as down after a failure that sending again might cure."""
+        """Why Kafka counts as down after the write failure `reason`, if it is down."""
         try:
             self.relay.admin.check_reachable()
         except UnreachableError as down:
             return f"Kafka unavailable: {down}"
         return None
+
     def _isolate(self, batch_id: int, counts: dict[str, int], claim: Claim, reason: str,
                  outcome: Outcome) -> None:
         assert claim.session_id is not None

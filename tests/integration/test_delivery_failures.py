@@ -35,10 +35,15 @@ pytestmark = pytest.mark.integration
 TOPICS = 16
 
 
+@pytest.mark.parametrize("hint", ["named", "ignored"])
 def test_one_poison_topic_among_many_is_found_in_log_n_writes(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, hint: str,
 ) -> None:
+    """The broker's error names the bad topic-partition: with the name, the other topics
+    go in one write; without it (ignored here), bisection finds the topic."""
+    if hint == "ignored":
+        monkeypatch.setattr(delivery_module, "named_topics", lambda text, topics: set())
     healthy = [unique(f"bis{i:02d}") for i in range(TOPICS - 1)]
     bad = unique("bis-bad")
     create_topics(stack.kafka_bootstrap, dict.fromkeys(healthy, 1))
@@ -76,7 +81,10 @@ def test_one_poison_topic_among_many_is_found_in_log_n_writes(
     got = consume(stack.kafka_bootstrap, [*healthy, bad], expect=len(ids) - 1)
     copies = Counter(r.outbox_id for r in got)
     assert set(copies) == set(ids) - {poison}, "every healthy message delivered"
-    assert max(copies.values()) <= 2, "at most one extra copy of a healthy message"
+    # A failed write still delivers the healthy topics in it: with the name, the one
+    # write of the others is the only extra copy; bisection adds one per failed half.
+    extra = 1 if hint == "named" else math.ceil(math.log2(TOPICS))
+    assert max(copies.values()) <= 1 + extra, copies.most_common(3)
 
 
 # Per record of the topic whose lock is stolen: 120 records over 2 tasks take 30 s.

@@ -74,6 +74,15 @@ def test_a_wrong_name_is_only_a_hint_and_bisection_still_finds_the_bad_topic() -
     assert len(kafka.sends) <= 2 + 2 * math.ceil(math.log2(100))
 
 
+def test_a_right_name_and_another_bad_topic_finds_both() -> None:
+    topics = _topics(64)
+    kafka = Kafka({"t0003", "t0050"})
+    result = bisect_topics(topics, INVALID.format("t0003"), kafka.send, named={"t0003"})
+    assert set(result.failing) == {"t0003", "t0050"}
+    assert sorted(result.acknowledged) == sorted(set(topics) - {"t0003", "t0050"})
+    assert len(kafka.sends) <= 2 + 2 * math.ceil(math.log2(64))
+
+
 def test_an_outage_stops_the_search_at_once() -> None:
     topics = _topics(32)
     kafka = Kafka(set(topics), TIMEOUT)
