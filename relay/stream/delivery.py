@@ -1,9 +1,18 @@
-"""Sends a batch's sessions in one Spark write, and finds what failed when it fails."""
+"""Sends a batch's sessions in one Spark write, and finds what failed when it fails.
+
+Each write runs under a Spark job tag of its own, so that a lock lost while it runs
+(reported by the heartbeat thread through `lock_lost`) cancels it: a job tag, unlike a
+job group, adds to the streaming query's own group instead of replacing it on the
+foreachBatch thread, so stopping the query still cancels the write too.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
+import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pyspark.sql import functions as F
@@ -17,11 +26,15 @@ from relay.errors import UnreachableError
 from relay.stream.failures import describe_failure
 from relay.stream.isolate import isolate
 from relay.stream.policy import rule_for
+from relay.stream.topic_bisect import bisect_topics, named_topics
 from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
 
 IdRange = tuple[int, int]
+
+# How often a lost topic's write is cancelled again until it has ended.
+_CANCEL_RETRY_S = 0.2
 
 
 @dataclass
@@ -35,26 +48,91 @@ class Delivery:
     def __init__(self, relay: Relay, parking: Parking) -> None:
         self.relay = relay
         self.parking = parking
+        self._guard = threading.Lock()
+        self._ended = threading.Condition(self._guard)  # notified when a write ends
+        self._lost: set[str] = set()
+        self._in_flight: tuple[str, frozenset[str]] | None = None  # (job tag, topics)
+        self._named: set[str] = set()  # the topics the last failed write named
+
+    def lock_lost(self, topics: set[str]) -> None:
+        """Thread-safe: `topics` are no longer ours. Nothing more is sent for them in
+        this batch, and the write in flight is cancelled if it holds any of them."""
+        with self._guard:
+            self._lost |= topics
+            flight = self._in_flight
+        if flight is not None and flight[1] & topics:
+            log.warning("lock lost for %s: cancelling the write in flight", sorted(topics))
+            threading.Thread(target=self._cancel, args=(flight[0],), daemon=True,
+                             name="relay-cancel-write").start()
+
+    def _cancel(self, tag: str) -> None:
+        """Cancels the write tagged `tag` until it has ended: Spark cancels only the jobs
+        already submitted, and the write may not have submitted its job yet."""
+        spark = self.relay.spark.sparkContext
+        while True:
+            try:
+                spark.cancelJobsWithTag(tag)
+            except Exception as exc:  # the Spark application is gone: so is the write
+                log.warning("could not cancel the write %s: %s", tag, exc)
+                return
+            with self._ended:
+                if self._ended.wait_for(lambda: self._flying() != tag, _CANCEL_RETRY_S):
+                    return
+
+    def _flying(self) -> str | None:
+        return self._in_flight[0] if self._in_flight is not None else None
+
+    def _lost_now(self) -> frozenset[str]:
+        with self._guard:
+            return frozenset(self._lost)
 
     def deliver(self, batch_id: int, sessions: list[Claim], counts: dict[str, int]) -> Outcome:
-        """One write for every session; on failure, topic by topic, then message by message."""
-        failure = self._try(batch_id, counts, None)
+        """One write for every session; on failure, bisection over topics, then message by
+        message. Topics whose lock is lost are dropped: not sent again, not isolated,
+        neither acknowledged nor errored (the new owner has them)."""
+        try:
+            outcome = self._deliver(batch_id, sessions, counts)
+            lost = self._lost_now()
+            outcome.acknowledged = [c for c in outcome.acknowledged if c.topic not in lost]
+            outcome.errors = {t: r for t, r in outcome.errors.items() if t not in lost}
+            if lost & {c.topic for c in sessions}:
+                log.warning("batch %d: dropped the topics whose lock was lost: %s",
+                            batch_id, sorted(lost & {c.topic for c in sessions}))
+            return outcome
+        finally:
+            with self._guard:
+                self._lost.clear()
+
+    def _deliver(self, batch_id: int, sessions: list[Claim], counts: dict[str, int]) -> Outcome:
+        topics = sorted(c.topic for c in sessions)
+        failure = self._try(batch_id, counts, topics)
         if failure is None:
             return Outcome(acknowledged=list(sessions))
         log.warning("write of batch %d failed: %s", batch_id, failure)
-        topics = sorted(c.topic for c in sessions)
+        if (down := self._outage(failure)) is not None:
+            return Outcome(errors=dict.fromkeys(topics, down))
+        found = bisect_topics(
+            topics, failure, lambda group: self._try(batch_id, counts, group),
+            named=set(self._named), outage=self._outage, lost=self._lost_now,
+        )
+        if len(topics) > 1:
+            log.warning("batch %d: %d write(s) to find the failing topics %s",
+                        batch_id, found.attempts, sorted(found.failing))
+        acknowledged = set(found.acknowledged)
+        outcome = Outcome(acknowledged=[c for c in sessions if c.topic in acknowledged],
+                          errors=dict(found.unavailable))
+        for claim in sessions:
+            if claim.topic in found.failing:
+                self._isolate(batch_id, counts, claim, found.failing[claim.topic], outcome)
+        return outcome
+
+    def _outage(self, reason: str) -> str | None:
+        """Why Kafka counts as down after the write failure `reason`, if it is down."""
         try:
             self.relay.admin.check_reachable()
         except UnreachableError as down:
-            return Outcome(errors={t: f"Kafka unavailable: {down}" for t in topics})
-        failed = {topics[0]: failure} if len(topics) == 1 else {
-            t: r for t in topics if (r := self._try(batch_id, counts, [t])) is not None
-        }
-        outcome = Outcome(acknowledged=[c for c in sessions if c.topic not in failed])
-        for claim in sessions:
-            if claim.topic in failed:
-                self._isolate(batch_id, counts, claim, failed[claim.topic], outcome)
-        return outcome
+            return f"Kafka unavailable: {down}"
+        return None
 
     def _isolate(self, batch_id: int, counts: dict[str, int], claim: Claim, reason: str,
                  outcome: Outcome) -> None:
@@ -78,20 +156,37 @@ class Delivery:
         else:
             outcome.errors[claim.topic] = where
 
-    def _try(self, batch_id: int, counts: dict[str, int], topics: list[str] | None,
+    def _try(self, batch_id: int, counts: dict[str, int], topics: Sequence[str],
              ids: IdRange | None = None) -> str | None:
+        """One write of `topics` (those not lost); None when Kafka acknowledged it all."""
+        tag = f"relay-write-{uuid.uuid4().hex}"
+        with self._guard:
+            live = [t for t in topics if t not in self._lost]
+            self._in_flight = (tag, frozenset(live))
+        if not live:
+            return f"lock lost for {sorted(topics)}: nothing sent"
+        spark = self.relay.spark.sparkContext
+        # Interrupted, a cancelled task stops producing at once instead of running on
+        # (the streaming query sets the same on its thread; a plain caller may not).
+        spark.setInterruptOnCancel(True)
+        spark.addJobTag(tag)
         try:
-            self._write(batch_id, counts, topics, ids)
+            self._write(batch_id, counts, live, ids)
             return None
         except Exception as exc:  # any failed write: the caller decides what it means
+            self._named = named_topics(str(exc), live)
             return describe_failure(exc)
+        finally:
+            spark.removeJobTag(tag)
+            with self._ended:
+                self._in_flight = None
+                self._ended.notify_all()
 
-    def _write(self, batch_id: int, counts: dict[str, int], topics: list[str] | None,
+    def _write(self, batch_id: int, counts: dict[str, int], topics: list[str],
                ids: IdRange | None) -> None:
         cfg = self.relay.config
         claimed = read_claimed(self.relay.spark, cfg.postgres, batch_id, cfg.relay.read_partitions)
-        if topics is not None:
-            claimed = claimed.where(F.col("topic").isin(topics))
+        claimed = claimed.where(F.col("topic").isin(topics))
         if ids is not None:
             claimed = claimed.where(F.col("id").between(ids[0], ids[1]))
         records = claimed.transform(in_key_order).transform(
