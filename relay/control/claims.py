@@ -31,7 +31,7 @@ spec AS (
 candidate AS (
     -- relay_message_problem only where it can find one (its own conditions): its probe
     -- of the parked table per row was most of a large claim's time (bench/, EXPLAIN).
-    SELECT s.topic, s.compact, c.id, c.key, c.size,
+    SELECT s.topic, s.compact, c.id, c.key, c.partition_key, c.size,
            CASE WHEN c.size > s.max_bytes OR c.headers IS NOT NULL OR s.any_parked
                      OR (s.key_required AND c.key IS NULL)
                 THEN relay_message_problem(c.id, s.topic, c.message, c.key, c.partition_key,
@@ -64,8 +64,12 @@ healthy AS (
 ),
 chosen AS (
     SELECT h.*,
+           -- Kafka compacts by record key, but only within a partition: a later row
+           -- supersedes only with the same key AND the same partitioning bytes.
            h.compact AND h.key IS NOT NULL
-           AND h.id < max(h.id) OVER (PARTITION BY h.topic, h.key) AS superseded
+           AND h.id < max(h.id) OVER (
+               PARTITION BY h.topic, h.key, relay_partitioning_key(h.partition_key, h.key)
+           ) AS superseded
     FROM healthy h
     WHERE h.running_bytes <= %(batch_bytes)s OR h.n = 1
 ),
