@@ -172,3 +172,26 @@ def test_sql_and_spark_agree_on_the_partitioning_key_and_split_by_it(
     assert all(len(h) == 1 for h in hashes.values()), hashes
     assert hashes[None] == {0}, "rows with neither key nor partition_key split together"
 
+
+def test_compaction_supersedes_only_within_the_same_partitioning_bytes(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+) -> None:
+    """One record key under two partition_keys goes to two partitions, where Kafka keeps
+    each one's newest value: neither may be dropped for the other."""
+    topic = unique("compactpk")
+    create_topics(stack.kafka_bootstrap, {topic: 7})
+    rows = [Msg(topic, b"K", b"p1:a", partition_key="p1"),
+            Msg(topic, b"K", b"p2:a", partition_key="p2"),
+            Msg(topic, b"K", b"p1:b", partition_key="p1"),
+            Msg(topic, b"K", b"K:a"), Msg(topic, b"K", b"p2:b", partition_key="p2"),
+            Msg(topic, b"K", b"K:b")]
+    ids = insert(migrated_url, [rows])
+    config = make_config([topic], relay={
+        "partitioner": "crc32", "topic_rules": [{"match": ".*", "compact": True}]})
+
+    result = run_relay(config)
+
+    assert result.exit_code == EXIT_OK
+    got = consume(stack.kafka_bootstrap, [topic], expect=3)
+    print("consumer saw:", sorted(r.value or b"" for r in got))
+    assert sorted(r.outbox_id for r in got) == [ids[2], ids[4], ids[5]]
