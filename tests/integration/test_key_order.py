@@ -18,8 +18,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from relay.config import Config
+from relay.control.db import Database
 from relay.data.partitioning import partitioning_key_col
 from relay.data.read import read_claimed
+from relay.ledger.delta import Ledger
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
@@ -171,6 +173,39 @@ def test_sql_and_spark_agree_on_the_partitioning_key_and_split_by_it(
     assert all(len(t) == 1 for t in tasks.values()), f"one task per key: {tasks}"
     assert all(len(h) == 1 for h in hashes.values()), hashes
     assert hashes[None] == {0}, "rows with neither key nor partition_key split together"
+
+
+def test_isolation_on_a_compacted_topic_never_resends_a_superseded_value(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """K:a, J:a, K:b, keyless, J:b with the relay's compaction on: K:a and J:a are
+    superseded. Only the broker refuses the keyless record (stale topic config), so
+    isolation delivers K:b alone. K:a must then count as compacted, not be sent after K:b;
+    J:a, whose successor was not delivered, must wait and be compacted later."""
+    monkeypatch.setenv("RELAY_FAILPOINTS", "stale_topic_config")
+    topic = unique("compact")
+    create_topics(stack.kafka_bootstrap, {topic: 1}, **{"cleanup.policy": "compact"})
+    rows = [Msg(topic, b"K", b"K:a"), Msg(topic, b"J", b"J:a"), Msg(topic, b"K", b"K:b"),
+            Msg(topic, None, b"keyless"), Msg(topic, b"J", b"J:b")]
+    ids = insert(migrated_url, [[m] for m in rows])
+    config = make_config([topic], relay={
+        "topic_rules": [{"match": ".*", "compact": True, "policy": "park"}]})
+
+    result = run_relay(config)
+
+    assert result.exit_code == EXIT_OK
+    got = sorted(consume(stack.kafka_bootstrap, [topic], expect=2), key=lambda r: r.offset)
+    print("consumer saw:", [r.value for r in got])
+    for key in (b"K", b"J"):
+        values = [r.value for r in got if r.key == key]
+        assert values and set(values) == {key + b":b"}, f"{key!r}: only the newest, {values}"
+    assert query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0
+    ledger = Ledger(spark, config, Database(config.postgres))
+    ledger.flush()
+    outcomes = {r.message_id: r.outcome for r in ledger.table().collect()}
+    assert outcomes == {ids[0]: "compacted", ids[1]: "compacted", ids[2]: "published",
+                        ids[3]: "parked", ids[4]: "published"}
 
 
 def test_compaction_supersedes_only_within_the_same_partitioning_bytes(
