@@ -31,7 +31,7 @@ spec AS (
 candidate AS (
     -- relay_message_problem only where it can find one (its own conditions): its probe
     -- of the parked table per row was most of a large claim's time (bench/, EXPLAIN).
-    SELECT s.topic, s.compact, c.id, c.key, c.size,
+    SELECT s.topic, s.compact, c.id, c.key, c.partition_key, c.size,
            CASE WHEN c.size > s.max_bytes OR c.headers IS NOT NULL OR s.any_parked
                      OR (s.key_required AND c.key IS NULL)
                 THEN relay_message_problem(c.id, s.topic, c.message, c.key, c.partition_key,
@@ -64,8 +64,12 @@ healthy AS (
 ),
 chosen AS (
     SELECT h.*,
+           -- Kafka compacts by record key, but only within a partition: a later row
+           -- supersedes only with the same key AND the same partitioning bytes.
            h.compact AND h.key IS NOT NULL
-           AND h.id < max(h.id) OVER (PARTITION BY h.topic, h.key) AS superseded
+           AND h.id < max(h.id) OVER (
+               PARTITION BY h.topic, h.key, relay_partitioning_key(h.partition_key, h.key)
+           ) AS superseded
     FROM healthy h
     WHERE h.running_bytes <= %(batch_bytes)s OR h.n = 1
 ),
@@ -113,11 +117,33 @@ SELECT array(SELECT x FROM unnest(ids) AS x WHERE NOT x = ANY(compacted_ids) ORD
 FROM relay_sessions WHERE session_id = %s AND lock_token = %s
 """
 
-# After isolation only a prefix was acknowledged. Compacted ids are dropped from the
-# session: their superseding message may not have been delivered, so they must stay.
+# After isolation only a prefix was acknowledged. A compacted row stays in the session,
+# deleted as compacted, iff a later row of its key (same record key and partitioning
+# bytes, as in CLAIM) is in that prefix; otherwise it leaves the session and waits: its
+# successor may not have been delivered. Dropping them all would send a superseded value
+# on the next claim, after its successor.
 TRUNCATE_SESSION = """
-UPDATE relay_sessions SET ids = %s::bigint[], compacted_ids = '{}'
-WHERE session_id = %s AND lock_token = %s
+WITH own AS (
+    SELECT session_id, compacted_ids FROM relay_sessions
+    WHERE session_id = %(session)s AND lock_token = %(token)s
+),
+kept AS (
+    SELECT c.id
+    FROM own o
+    CROSS JOIN LATERAL unnest(o.compacted_ids) AS c(id)
+    JOIN kafka_messages m ON m.id = c.id
+    WHERE EXISTS (
+        SELECT 1 FROM kafka_messages d
+        WHERE d.id = ANY(%(delivered)s::bigint[]) AND d.id > m.id AND d.key = m.key
+          AND relay_partitioning_key(d.partition_key, d.key)
+              = relay_partitioning_key(m.partition_key, m.key))
+)
+UPDATE relay_sessions s
+SET ids = array(SELECT x FROM unnest(%(delivered)s::bigint[]) AS x
+                UNION SELECT id FROM kept ORDER BY 1),
+    compacted_ids = array(SELECT id FROM kept ORDER BY id)
+FROM own o
+WHERE s.session_id = o.session_id
 """
 
 ABANDON_SESSIONS = "DELETE FROM relay_sessions WHERE session_id = ANY(%s::uuid[])"
@@ -198,7 +224,8 @@ class Claims:
         return list(row["ids"]) if row else []
 
     def truncate(self, session_id: str, ids: Sequence[int]) -> None:
-        self.db.execute(TRUNCATE_SESSION, (list(ids), session_id, self.token))
+        self.db.execute(TRUNCATE_SESSION, {
+            "delivered": list(ids), "session": session_id, "token": self.token})
 
     def abandon(self, session_ids: Collection[str]) -> None:
         if session_ids:

@@ -2,8 +2,8 @@
 
 Parking moves a row, bytes intact, from kafka_messages to relay_parked_messages in one
 statement, fenced by the topic lock like every delete, and stages its ledger record.
-Every later message of the same ordering key follows it there (relay_message_problem
-refuses to send them) until an operator requeues or drops the parked one.
+Every later message of the same partitioning key (schemas/0009) follows it there
+(relay_message_problem refuses to send them) until an operator requeues or drops the parked one.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ WITH spec AS (
                          %(key_required)s::bool[]) AS s(topic, max_bytes, key_required)
 ),
 window_rows AS (
-    SELECT s.topic, c.id, relay_ordering_key(c.partition_key, c.key) AS okey,
+    SELECT s.topic, c.id, relay_partitioning_key(c.partition_key, c.key) AS okey,
            relay_message_problem(c.id, s.topic, c.message, c.key, c.partition_key, c.headers,
                                  s.max_bytes, %(prefix)s, s.key_required) AS problem
     FROM spec s

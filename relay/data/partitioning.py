@@ -1,4 +1,8 @@
-"""Kafka partitioners, bit-compatible with the clients they are named after.
+"""The partitioning key, and Kafka partitioners bit-compatible with their clients.
+
+The partitioning key is the bytes a record's partition comes from: ``partition_key`` as
+UTF-8 when it is not null, else ``key`` (SQL: ``relay_partitioning_key``, schemas/0009).
+Rows with equal bytes are one key for ordering, whichever column the bytes came from.
 
 - ``murmur2``: the Java client's default for keyed records (and so Spark's sink):
   ``(murmur2(key) & 0x7fffffff) % partitions``.
@@ -25,6 +29,20 @@ Partitioner = Literal["murmur2", "crc32"]
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
+
+
+def partitioning_key(partition_key: str | None, key: bytes | None) -> bytes | None:
+    """The partitioning bytes of one row, for tests and the fault harness."""
+    return partition_key.encode("utf-8") if partition_key is not None else key
+
+
+def partitioning_key_col(
+    partition_key: Column | None = None, key: Column | None = None
+) -> Column:
+    """The partitioning bytes of each row, as a binary column (null when both are)."""
+    pk = F.col("partition_key") if partition_key is None else partition_key
+    k = F.col("key") if key is None else key
+    return F.coalesce(F.encode(pk, "UTF-8"), k.cast("binary"))
 
 
 def murmur2(data: bytes) -> int:

@@ -63,8 +63,10 @@ def read_claimed(
 ) -> DataFrame:
     """Rows of the batch's sessions, split into `partitions` tasks by the partitioning key.
 
-    Splitting on a hash of the partitioning key keeps every key in one task, which is
-    what per-key order needs. The batch filter is pushed down as a typed predicate.
+    The view's key_hash hashes the partitioning bytes (relay_partitioning_key, the one
+    definition the Kafka partition also comes from), so rows with equal bytes are read
+    by one task, which is what per-key order needs; in_key_order then sorts each task
+    by id. The batch filter is pushed down as a typed predicate.
     """
     relation = _claimed_relation(spark, pg, partitions)
     return relation.where(F.col("batch_id") == F.lit(batch_id))

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from relay.data.partitioning import Partitioner, partition_col
+from relay.data.partitioning import Partitioner, partition_col, partitioning_key_col
 from relay.headers import CREATED_AT_SPARK_FORMAT, HEADER_CREATED_AT, HEADER_ID, HEADER_SOURCE
 
 KAFKA_RECORD_COLUMNS = ("topic", "key", "value", "headers", "partition")
@@ -37,19 +37,19 @@ def _headers(source_name: str, prefix: str) -> Column:
 
 
 def _partition(partitioner: Partitioner, partition_counts: Mapping[str, int]) -> Column:
-    """Explicit partition from `partition_key`, else `key`.
+    """Explicit partition from the partitioning bytes (`partitioning_key_col`).
 
     With murmur2 a row without partition_key keeps a null partition: the Java producer
-    then applies the very same murmur2 to the record key itself.
+    then applies the very same murmur2 to the record key, which is those same bytes.
     """
     if not partition_counts:
         return F.lit(None).cast("int")
     counts = F.create_map(*[F.lit(x) for kv in sorted(partition_counts.items()) for x in kv])
     n = F.element_at(counts, F.col("topic"))
-    pk = F.encode(F.col("partition_key"), "UTF-8")
+    explicit = partition_col(partitioner, partitioning_key_col(), n)
     if partitioner == "murmur2":
-        return F.when(pk.isNotNull(), partition_col("murmur2", pk, n)).cast("int")
-    return partition_col("crc32", F.coalesce(pk, F.col("key")), n)
+        return F.when(F.col("partition_key").isNotNull(), explicit).cast("int")
+    return explicit
 
 
 def to_kafka_records(

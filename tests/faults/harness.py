@@ -13,6 +13,7 @@ import bisect
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from relay.config import Config, build_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
+from relay.data.partitioning import partitioning_key
 from relay.packages import spark_packages_conf
 from tests.integration.process import write_profile
 
@@ -286,10 +288,10 @@ class Msg:
     headers: Any = None  # a JSON object of strings, or anything else to test refusals
 
     @property
-    def ordering_key(self) -> str | None:
-        if self.partition_key is not None:
-            return "p:" + self.partition_key
-        return None if self.key is None else "k:" + self.key.hex()
+    def ordering_key(self) -> bytes | None:
+        """The partitioning bytes: rows with equal bytes are one key for ordering,
+        whichever column the bytes came from; None orders nothing."""
+        return partitioning_key(self.partition_key, self.key)
 
 
 @dataclass(frozen=True)
@@ -406,21 +408,48 @@ class OpenTx:
 
 def traffic(topics: Sequence[str], n: int, *, per_tx: int, keys: int, value_bytes: int,
             seed: int, tag: str = "") -> list[list[Msg]]:
-    """`n` messages in transactions of `per_tx`, spread over topics and keys at random.
-    Every value is unique, so a delivered record is matched to what was written."""
-    import random
-
+    """`n` messages in transactions of `per_tx`, spread over topics and keys at random,
+    in every shape of `shaped`. Every value is unique, so a delivered record is matched
+    to what was written."""
     rng = random.Random(seed)
     txs: list[list[Msg]] = []
     for start in range(0, n, per_tx):
         tx = []
         for i in range(start, min(n, start + per_tx)):
             topic = topics[rng.randrange(len(topics))]
-            key = f"key-{rng.randrange(keys)}".encode()
             head = f"{tag}{i}:".encode()
-            tx.append(Msg(topic, key, head + b"x" * max(0, value_bytes - len(head))))
+            value = head + b"x" * max(0, value_bytes - len(head))
+            tx.append(shaped(topic, f"key-{rng.randrange(keys)}", value, rng))
         txs.append(tx)
     return txs
+
+
+def shaped(topic: str, key_text: str, value: bytes, rng: random.Random, *,
+           keyless: bool = True) -> Msg:
+    """A message of the key `key_text` in one of the shapes that once split one key's
+    rows between two writers: partition_key NULL, equal to the key's text, or naming it
+    over another record key; binary keys that are not UTF-8; the empty key b'' and the
+    empty partition_key '' (one key); NULL keys with and without a partition_key, unless
+    `keyless` is off (a keyless record is poison on a compacted topic)."""
+    key = key_text.encode()
+    shape = rng.random()
+    if shape < 0.30:
+        return Msg(topic, key, value)
+    if shape < 0.72:
+        return Msg(topic, key, value, partition_key=key_text)
+    if shape < 0.80:
+        return Msg(topic, b"other-" + key, value, partition_key=key_text)
+    if shape < 0.85:
+        return Msg(topic, b"\xff\xfe" + key, value)
+    if shape < 0.88:
+        return Msg(topic, b"", value)
+    if shape < 0.91:
+        return Msg(topic, b"\xc3\x28" + key, value, partition_key="")
+    if not keyless:
+        return Msg(topic, key, value, partition_key=key_text)
+    if shape < 0.96:
+        return Msg(topic, None, value, partition_key=key_text)
+    return Msg(topic, None, value)
 
 
 # --------------------------------------------------------------------------- consumer
@@ -570,7 +599,7 @@ def verdict(outbox: Outbox, records: Sequence[Record],
 
 
 def _order(outbox: Outbox, first: dict[int, Record]) -> tuple[int, int, int, Counter[str]]:
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    groups: dict[tuple[str, bytes], list[int]] = defaultdict(list)
     for i in first:
         w = outbox.written.get(i)
         if w is not None and w.msg.ordering_key is not None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.faults.harness import Msg, Outbox, RelayProc, query, verdict, wait_until
+from tests.faults.harness import Msg, Outbox, RelayProc, query, shaped, verdict, wait_until
 
 PARK_RULE = {"match": "fpark-.*", "policy": "park"}
 
@@ -63,8 +63,10 @@ def mixed_traffic(
             poison_slots.append((case, len(pending)))
             pending.append(poison_for(case, marks[topic].index(n)))
         else:
-            key = f"k{rng.randrange(keys)}".encode()
-            pending.append(Msg(topic, key, f"{topic}/{n}".encode() + b"." * rng.randrange(200)))
+            # Keyless shapes only where a keyless record is not itself poison.
+            pending.append(shaped(topic, f"k{rng.randrange(keys)}",
+                                  f"{topic}/{n}".encode() + b"." * rng.randrange(200), rng,
+                                  keyless=topic not in by_topic))
     slot_of = {i: c for c, i in poison_slots}
     i = 0
     while i < len(pending):
@@ -97,7 +99,7 @@ def expectations(outbox: Outbox, healthy: Sequence[str], cases: Sequence[Case]) 
             exp.blocked_at[c.topic] = first
             continue
         # park: the poison, then every later message of a key that has a parked one.
-        parked_since: dict[str, int] = {}
+        parked_since: dict[bytes, int] = {}
         for i in ids:
             okey = outbox.written[i].msg.ordering_key
             if i in c.poison:

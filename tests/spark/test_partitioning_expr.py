@@ -8,7 +8,14 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from relay.data.partitioning import murmur2, murmur2_col, partition_col, partition_for
+from relay.data.partitioning import (
+    murmur2,
+    murmur2_col,
+    partition_col,
+    partition_for,
+    partitioning_key,
+    partitioning_key_col,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -88,3 +95,25 @@ def test_partition_expression_matches_reference(
 def test_null_key_has_no_partition(spark: SparkSession) -> None:
     df = spark.createDataFrame([(None,)], "k binary")
     assert df.select(partition_col("murmur2", F.col("k"), F.lit(3)).alias("p")).first().p is None  # type: ignore[union-attr]
+
+
+# partition_key, key: NULLs, b'' and '', bytes that are not UTF-8, unicode, a partition_key
+# equal to the key's text and one equal to another row's key.
+PARTITIONING_ROWS: list[tuple[str | None, bytes | None, bytes | None]] = [
+    (None, None, None), (None, b"", b""), ("", None, b""), ("", b"x", b""),
+    (None, b"\xff\xfe", b"\xff\xfe"), ("k1", None, b"k1"), (None, b"k1", b"k1"),
+    ("k1", b"k1", b"k1"), ("k1", b"other", b"k1"), ("other", b"k2", b"other"),
+    ("ключ-ü🚀", b"\x80", "ключ-ü🚀".encode()), (None, b"\xc3\x28", b"\xc3\x28"),
+    ("\\x41", None, b"\\x41"),
+]
+
+
+def test_partitioning_key_expression_and_reference_follow_the_rule(spark: SparkSession) -> None:
+    df = spark.createDataFrame(
+        [(i, p, k) for i, (p, k, _) in enumerate(PARTITIONING_ROWS)],
+        "i int, partition_key string, key binary",
+    )
+    got = {r.i: r.b for r in df.select("i", partitioning_key_col().alias("b")).collect()}
+    expected = {i: want for i, (_, _, want) in enumerate(PARTITIONING_ROWS)}
+    assert {i: None if b is None else bytes(b) for i, b in got.items()} == expected
+    assert {i: partitioning_key(p, k) for i, (p, k, _) in enumerate(PARTITIONING_ROWS)} == expected
