@@ -91,11 +91,11 @@ def test_explode_staging_one_row_per_message(spark: SparkSession) -> None:
         "copy_batch bigint, session_id string, topic string, outcome string, ids array<bigint>, "
         "source string, relayed_at timestamp",
     )
-    out = staged.transform(explode_staging)
+    out = staged.transform(explode_staging, "outbox-1")
     assert tuple(out.columns) == LEDGER_COLUMNS
     expected = spark.createDataFrame(
-        [("t", i, "published", "s-1", "src", CREATED, 7) for i in (3, 4)],
+        [("t", i, "published", "s-1", "src", CREATED, 7, "outbox-1") for i in (3, 4)],
         "topic string, message_id bigint, outcome string, session_id string, source string, "
-        "relayed_at timestamp, copy_batch bigint",
+        "relayed_at timestamp, copy_batch bigint, origin string",
     )
     assert_df_equality(out, expected, ignore_nullable=True)
