@@ -36,6 +36,7 @@ LEDGER_COLUMNS = (
     "copy_batch",
     "origin",
 )
+_ROW_IDENTITY = ("origin", "copy_batch", "session_id", "topic", "message_id")
 
 
 def explode_staging(staged: DataFrame, origin: str) -> DataFrame:
@@ -50,6 +51,11 @@ def explode_staging(staged: DataFrame, origin: str) -> DataFrame:
         F.col("copy_batch").cast("bigint").alias("copy_batch"),
         F.lit(origin).cast("string").alias("origin"),
     )
+
+
+def missing_from(rows: DataFrame, ledger: DataFrame) -> DataFrame:
+    """The ledger rows in `rows` that `ledger` does not hold (a message of a session)."""
+    return rows.join(ledger, on=list(_ROW_IDENTITY), how="left_anti").select(*LEDGER_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -108,23 +114,24 @@ class Ledger:
             self._before_write(batch)
             staging.ensure_copy_lock(self.db, backend)
             self._write(batch)
-            held = self._batch_rows_in_delta(batch)
-            if held == expected:
+            missing = self._missing_from_delta(batch)
+            if missing == 0:
                 staging.remove_batch(self.db, backend, batch)
                 log.info("ledger: copy batch %d is in Delta", batch)
                 return 1
-            if held:
+            if missing != expected:
                 raise RelayError(
-                    f"ledger: Delta holds {held} rows of copy batch {batch} from "
-                    f"{self.origin}, staging {expected}; the batch stays staged"
+                    f"ledger: Delta holds {expected - missing} of the {expected} rows of copy "
+                    f"batch {batch} from {self.origin}; the batch stays staged"
                 )
-            # Delta skipped the write: this app id already has that version or a later one.
+            # Delta skipped the write: this app id already has that version or a later one
+            # (the copy sequence went back, e.g. the database was restored).
             last = self._last_batch_in_delta()
             log.warning("ledger: Delta skipped copy batch %d (has %d); re-tagging", batch, last)
             batch = staging.retag_batch(self.db, backend, batch, last + 1)
         return 0
 
-    def _write(self, copy_batch: int) -> None:
+    def _staged(self, copy_batch: int) -> DataFrame:
         staged = (
             self.spark.read.format("jdbc")
             .options(**jdbc_options(self.pg))
@@ -132,8 +139,11 @@ class Ledger:
             .load()
             .where(F.col("copy_batch") == F.lit(copy_batch))
         )
+        return explode_staging(staged, self.origin)
+
+    def _write(self, copy_batch: int) -> None:
         (
-            explode_staging(staged, self.origin)
+            self._staged(copy_batch)
             .write.format("delta")
             .mode("append")
             .option("mergeSchema", "true")  # ledgers written before `origin` existed
@@ -142,11 +152,17 @@ class Ledger:
             .save(self.path)
         )
 
+    def _missing_from_delta(self, copy_batch: int) -> int:
+        """Staged rows of the batch that Delta lacks under this origin and batch number.
+
+        Rows, not counts: a batch number the sequence handed out again after going back
+        is in Delta already, with other sessions' rows.
+        """
+        held = self._mine().where(F.col("copy_batch") == F.lit(copy_batch))
+        return self._staged(copy_batch).transform(missing_from, held).count()
+
     def _mine(self) -> DataFrame:
         return self.table().where(F.col("origin") == F.lit(self.origin))
-
-    def _batch_rows_in_delta(self, copy_batch: int) -> int:
-        return self._mine().where(F.col("copy_batch") == F.lit(copy_batch)).count()
 
     def _last_batch_in_delta(self) -> int:
         row = self._mine().agg(F.max("copy_batch").alias("last")).first()

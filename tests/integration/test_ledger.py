@@ -252,3 +252,49 @@ def test_a_copier_whose_backend_died_between_tagging_and_writing_loses_nothing(
           "doubled:", sorted(i for (_, i), n in copied.items() if n > 1))
     assert copied == Counter(("orders", i) for i in staged)
     assert staged_count(migrated_url) == 0
+
+
+def test_a_batch_delta_skips_is_retagged_and_written_not_deleted(
+    spark: SparkSession, make_config: ConfigFactory, migrated_url: str,
+) -> None:
+    """The copy sequence rewinds (the database was restored to an earlier point, same
+    identity): Delta skips the reused batch numbers, so they must be copied anew."""
+    config = make_config()
+    copier, take, staged = ledger(spark, config, "copier-a"), counter(), []
+    for n in (3, 2, 4):
+        staged += take(n)
+        stage(migrated_url, "orders", staged[-n:])
+        copier.flush()
+    query(migrated_url, "SELECT setval('relay_ledger_copy_seq', 1)")
+    for n in (2, 3):  # the second flush shows the sequence moved past what Delta has
+        staged += take(n)
+        stage(migrated_url, "orders", staged[-n:])
+        copier.flush()
+
+    copied = in_delta(spark, config.ledger.path)
+    print("missing:", sorted(set(staged) - {i for _, i in copied}),
+          "staged left:", staged_count(migrated_url))
+    assert copied == Counter(("orders", i) for i in staged)
+    assert staged_count(migrated_url) == 0
+
+
+def test_a_ledger_written_before_origin_existed_takes_new_rows_and_still_answers(
+    spark: SparkSession, make_config: ConfigFactory, migrated_url: str,
+) -> None:
+    config = make_config()
+    legacy = spark.createDataFrame(
+        [("orders", 100, "published", "s-0", "old", None, 9)],
+        "topic string, message_id bigint, outcome string, session_id string, source string, "
+        "relayed_at timestamp, copy_batch bigint",
+    )
+    (legacy.write.format("delta").option("txnAppId", "outbox-relay-ledger")
+     .option("txnVersion", 9).save(config.ledger.path))
+    copier = ledger(spark, config, "copier-a")
+    stage(migrated_url, "orders", [1, 2])
+    copier.flush()
+
+    assert in_delta(spark, config.ledger.path) == Counter(
+        {("orders", 100): 1, ("orders", 1): 1, ("orders", 2): 1})
+    assert [(e.source, e.where) for e in copier.lookup("orders", 100)] == [("old", "delta")]
+    assert [(e.source, e.where) for e in copier.lookup("orders", 2)] == [("test", "delta")]
+    assert staged_count(migrated_url) == 0
