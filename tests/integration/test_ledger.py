@@ -36,7 +36,7 @@ SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
 WHERE application_name = %s AND datname = current_database()
 """
 
-Ids = Callable[[int], list[int]]
+Ids = Callable[[int], list[int]]  # hands out the next n ids of a test
 
 
 def stage(url: str, topic: str, ids: list[int]) -> None:
@@ -123,12 +123,15 @@ def test_two_concurrent_copiers_copy_every_record_exactly_once(
     take, staged = counter(), []
     done = threading.Event()
     errors: list[BaseException] = []
+    rounds = Counter[str]()
 
     def copier(name: str) -> None:
         copy = ledger(spark, config, name)
         try:
             while not done.is_set():
                 copy.flush()
+                rounds[name] += 1
+                done.wait(0.05)  # a copier without the lock would spin on the try-lock
         except BaseException as exc:  # reported by the assertion below
             errors.append(exc)
 
@@ -139,7 +142,9 @@ def test_two_concurrent_copiers_copy_every_record_exactly_once(
         ids = take(5)
         stage(migrated_url, "orders", ids)
         staged += ids
-        wait_for(lambda: False, 0.3, 0.3)  # let the copiers interleave with the stagers
+        # Stage while copies run: the next records only after another flush ended.
+        seen = sum(rounds.values())
+        assert wait_for(lambda s=seen: sum(rounds.values()) > s or bool(errors), 300, 0.05)
     done.set()
     for t in threads:
         t.join(timeout=300)
