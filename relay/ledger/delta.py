@@ -1,13 +1,16 @@
 """The Delta ledger: the durable, exact history of what was relayed.
 
 Staged session records are copied here off the latency path. Each copy batch is
-written with txnAppId/txnVersion, so a replay after a crash is skipped by Delta
-instead of written twice; one copier at a time holds an advisory lock.
+written with txnAppId (the outbox database's identity, also each row's `origin`) and
+txnVersion (the batch number), so a replay after a crash is skipped by Delta instead of
+written twice. A batch leaves staging only once Delta is seen to hold all its rows, and
+only while this copier still holds the copy lock on the backend that took it.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +20,12 @@ from pyspark.sql import functions as F
 from relay.config import Config
 from relay.control.db import Database
 from relay.data.read import jdbc_options
+from relay.errors import DatabaseUnavailableError, RelayError
 from relay.ledger import staging
 
 log = logging.getLogger(__name__)
 
 STAGING_TABLE = "relay_ledger_staging"
-LEDGER_APP_ID = "outbox-relay-ledger"
 LEDGER_COLUMNS = (
     "topic",
     "message_id",
@@ -31,11 +34,13 @@ LEDGER_COLUMNS = (
     "source",
     "relayed_at",
     "copy_batch",
+    "origin",
 )
+_ROW_IDENTITY = ("origin", "copy_batch", "session_id", "topic", "message_id")
 
 
-def explode_staging(staged: DataFrame) -> DataFrame:
-    """One ledger row per message from staged session records."""
+def explode_staging(staged: DataFrame, origin: str) -> DataFrame:
+    """One ledger row per message from staged session records of the outbox `origin`."""
     return staged.select(
         F.col("topic").cast("string").alias("topic"),
         F.explode("ids").alias("message_id"),
@@ -44,7 +49,13 @@ def explode_staging(staged: DataFrame) -> DataFrame:
         F.col("source").cast("string").alias("source"),
         F.col("relayed_at").cast("timestamp").alias("relayed_at"),
         F.col("copy_batch").cast("bigint").alias("copy_batch"),
+        F.lit(origin).cast("string").alias("origin"),
     )
+
+
+def missing_from(rows: DataFrame, ledger: DataFrame) -> DataFrame:
+    """The ledger rows in `rows` that `ledger` does not hold (a message of a session)."""
+    return rows.join(ledger, on=list(_ROW_IDENTITY), how="left_anti").select(*LEDGER_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -64,27 +75,63 @@ class Ledger:
         self.path = config.ledger.path
         self.pg = config.postgres
         self.db = db
+        self._origin: str | None = None
+
+    @property
+    def origin(self) -> str:
+        """This outbox's Delta txnAppId, also recorded in each of its ledger rows."""
+        if self._origin is None:
+            self._origin = staging.origin(self.db)
+        return self._origin
 
     def flush(self) -> int:
         """Copy every committed staged record to Delta; returns the batches copied."""
-        locked = self.db.one(staging.TRY_COPY_LOCK, (staging.COPY_LOCK_KEY,))
-        if not locked or not locked["locked"]:
+        backend = staging.try_copy_lock(self.db)
+        if backend is None:
             return 0  # another relay is copying; it takes our records too
         try:
             copied = 0
             for batch in staging.leftover_batches(self.db):
-                self._copy(batch)
-                copied += 1
-            batch_id = staging.tag_next_batch(self.db)
+                copied += self._copy(batch, backend)
+            staging.ensure_copy_lock(self.db, backend)
+            batch_id = staging.tag_next_batch(self.db, backend)
             if batch_id is not None:
-                self._copy(batch_id)
-                copied += 1
+                copied += self._copy(batch_id, backend)
             return copied
         finally:
-            self.db.one(staging.COPY_UNLOCK, (staging.COPY_LOCK_KEY,))
+            # A lost connection took the lock with it; don't hide why the copy stopped.
+            with suppress(DatabaseUnavailableError):
+                staging.copy_unlock(self.db, backend)
 
-    def _copy(self, copy_batch: int) -> None:
+    def _copy(self, copy_batch: int, backend: int) -> int:
+        """Writes one batch and deletes it from staging once Delta provably holds it."""
         self.spark.sparkContext.setJobGroup("outbox-relay-ledger", "ledger copy", False)
+        batch: int | None = copy_batch
+        while batch is not None:
+            expected = staging.batch_rows(self.db, batch)
+            if expected == 0:
+                return 0
+            self._before_write(batch)
+            staging.ensure_copy_lock(self.db, backend)
+            self._write(batch)
+            missing = self._missing_from_delta(batch)
+            if missing == 0:
+                staging.remove_batch(self.db, backend, batch)
+                log.info("ledger: copy batch %d is in Delta", batch)
+                return 1
+            if missing != expected:
+                raise RelayError(
+                    f"ledger: Delta holds {expected - missing} of the {expected} rows of copy "
+                    f"batch {batch} from {self.origin}; the batch stays staged"
+                )
+            # Delta skipped the write: this app id already has that version or a later one
+            # (the copy sequence went back, e.g. the database was restored).
+            last = self._last_batch_in_delta()
+            log.warning("ledger: Delta skipped copy batch %d (has %d); re-tagging", batch, last)
+            batch = staging.retag_batch(self.db, backend, batch, last + 1)
+        return 0
+
+    def _staged(self, copy_batch: int) -> DataFrame:
         staged = (
             self.spark.read.format("jdbc")
             .options(**jdbc_options(self.pg))
@@ -92,16 +139,37 @@ class Ledger:
             .load()
             .where(F.col("copy_batch") == F.lit(copy_batch))
         )
+        return explode_staging(staged, self.origin)
+
+    def _write(self, copy_batch: int) -> None:
         (
-            staged.transform(explode_staging)
+            self._staged(copy_batch)
             .write.format("delta")
             .mode("append")
-            .option("txnAppId", LEDGER_APP_ID)
+            .option("mergeSchema", "true")  # ledgers written before `origin` existed
+            .option("txnAppId", self.origin)
             .option("txnVersion", copy_batch)
             .save(self.path)
         )
-        staging.remove_batch(self.db, copy_batch)
-        log.info("ledger: copy batch %d is in Delta", copy_batch)
+
+    def _missing_from_delta(self, copy_batch: int) -> int:
+        """Staged rows of the batch that Delta lacks under this origin and batch number.
+
+        Rows, not counts: a batch number the sequence handed out again after going back
+        is in Delta already, with other sessions' rows.
+        """
+        held = self._mine().where(F.col("copy_batch") == F.lit(copy_batch))
+        return self._staged(copy_batch).transform(missing_from, held).count()
+
+    def _mine(self) -> DataFrame:
+        return self.table().where(F.col("origin") == F.lit(self.origin))
+
+    def _last_batch_in_delta(self) -> int:
+        row = self._mine().agg(F.max("copy_batch").alias("last")).first()
+        return int(row["last"]) if row and row["last"] is not None else 0
+
+    def _before_write(self, copy_batch: int) -> None:
+        """A seam for tests: the moment between tagging a copy batch and writing it."""
 
     def lookup(self, topic: str, message_id: int) -> list[LedgerEntry]:
         """Every record of the message: in Delta, and staged but not yet copied."""
@@ -134,10 +202,13 @@ class Ledger:
     def _delta_rows(self, topic: str, message_id: int) -> list[Any]:
         if not self.exists():
             return []
-        table = self.spark.read.format("delta").load(self.path)
-        return table.where(
+        table = self.table()
+        found = table.where(
             (F.col("topic") == F.lit(topic)) & (F.col("message_id") == F.lit(message_id))
-        ).collect()
+        )
+        if "origin" in table.columns:  # rows from before `origin` can't be told apart
+            found = found.where(F.col("origin").isNull() | (F.col("origin") == self.origin))
+        return found.collect()
 
     def exists(self) -> bool:
         from delta.tables import DeltaTable

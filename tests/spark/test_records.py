@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from relay.data.partitioning import partition_for
 from relay.data.records import KAFKA_RECORD_COLUMNS, in_key_order, to_kafka_records
-from relay.ledger.delta import LEDGER_COLUMNS, explode_staging
+from relay.ledger.delta import LEDGER_COLUMNS, explode_staging, missing_from
 
 pytestmark = pytest.mark.spark
 
@@ -91,11 +91,29 @@ def test_explode_staging_one_row_per_message(spark: SparkSession) -> None:
         "copy_batch bigint, session_id string, topic string, outcome string, ids array<bigint>, "
         "source string, relayed_at timestamp",
     )
-    out = staged.transform(explode_staging)
+    out = staged.transform(explode_staging, "outbox-1")
     assert tuple(out.columns) == LEDGER_COLUMNS
     expected = spark.createDataFrame(
-        [("t", i, "published", "s-1", "src", CREATED, 7) for i in (3, 4)],
+        [("t", i, "published", "s-1", "src", CREATED, 7, "outbox-1") for i in (3, 4)],
         "topic string, message_id bigint, outcome string, session_id string, source string, "
-        "relayed_at timestamp, copy_batch bigint",
+        "relayed_at timestamp, copy_batch bigint, origin string",
     )
     assert_df_equality(out, expected, ignore_nullable=True)
+
+
+def test_missing_from_compares_rows_not_counts(spark: SparkSession) -> None:
+    schema = (
+        "topic string, message_id bigint, outcome string, session_id string, source string, "
+        "relayed_at timestamp, copy_batch bigint, origin string"
+    )
+    staged = spark.createDataFrame(
+        [("t", i, "published", "s-new", "src", CREATED, 2, "o") for i in (1, 2)], schema
+    )
+    # Batch 2 of the same origin is in the ledger already, with another session's rows.
+    ledger = spark.createDataFrame(
+        [("t", i, "published", "s-old", "src", CREATED, 2, "o") for i in (1, 2)]
+        + [("t", 1, "published", "s-new", "src", CREATED, 2, "other")],
+        schema,
+    )
+    assert_df_equality(staged.transform(missing_from, ledger), staged, ignore_row_order=True)
+    assert staged.transform(missing_from, staged).count() == 0
