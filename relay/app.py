@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import discover
 from relay.errors import ConfigError, RelayError
+from relay.exit_codes import ExitCode
 from relay.packages import SPARK_PACKAGES, spark_packages_conf
 from relay.stream.runner import RunResult
 
@@ -134,5 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RelayError as exc:
         print(f"outbox-relay: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception:
+        # Uncaught, Python would exit 1, the code of "topics left over".
+        traceback.print_exc()
+        return ExitCode.DEFECT
     print_summary(result)
     return result.exit_code

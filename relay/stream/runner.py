@@ -14,6 +14,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from relay.config import to_json_without_secrets
 from relay.control.pending import TopicFilter, TopicState, max_id, pending_topics
 from relay.errors import RelayError
+from relay.exit_codes import ExitCode
 from relay.stream.batch import BatchProcessor, RelayStats
 from relay.stream.source import SOURCE_NAME, OutboxSource
 from relay.stream.stop import StopSignal, forward_jvm_signals
@@ -21,10 +22,11 @@ from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_LEFT_OVER = 1
-EXIT_INTERRUPTED = 3
-EXIT_FAILED = 5
+# Names the tests and callers already use; the numbers live in relay.exit_codes only.
+EXIT_OK = ExitCode.OK
+EXIT_LEFT_OVER = ExitCode.LEFT_OVER
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+EXIT_FAILED = ExitCode.QUERY_FAILED
 
 
 @dataclass
@@ -190,7 +192,7 @@ def _remaining(relay: Relay, bound: int) -> list[TopicState]:
 
 def _exit_code(
     available_now: bool, stopped: bool, failed: bool, remaining: list[TopicState]
-) -> int:
+) -> ExitCode:
     if failed:
         return EXIT_FAILED
     if not available_now:
