@@ -108,6 +108,8 @@ def print_summary(result: RunResult) -> None:
             )
         )
         print(f"left over: topic {s.topic}: {why}")
+    if result.unverified:
+        print(result.unverified)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,6 +28,9 @@ EXIT_LEFT_OVER = ExitCode.LEFT_OVER
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 EXIT_FAILED = ExitCode.QUERY_FAILED
 
+_REMAINING_ATTEMPTS = 3
+_REMAINING_PAUSE_S = 1.0
+
 
 @dataclass
 class RunResult:
@@ -35,6 +38,8 @@ class RunResult:
     stats: RelayStats
     seconds: float
     left_over: list[TopicState]
+    # Set when PostgreSQL could not say what is left at the end of a drain.
+    unverified: str | None = None
 
 
 class LedgerFlusher:
@@ -122,9 +127,17 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
             failed = True
     finally:
         flusher.stop()
-    remaining = _remaining(relay, bound) if bound is not None else []
-    code = _exit_code(available_now, stop.requested, failed, remaining)
-    return RunResult(code, processor.stats, time.monotonic() - started, remaining)
+    remaining: list[TopicState] = []
+    unverified = None
+    if bound is not None:
+        try:
+            remaining = _remaining(relay, bound)
+        except RelayError as exc:
+            unverified = f"drain not verified: PostgreSQL unreachable at the end ({exc})"
+            log.error("%s", unverified)
+    code = _exit_code(available_now, stop.requested, failed, remaining,
+                      verified=unverified is None)
+    return RunResult(code, processor.stats, time.monotonic() - started, remaining, unverified)
 
 
 # A signal to the whole process group (Ctrl-C, `kill -TERM -PGID`) also reaches the `chmod`
@@ -182,21 +195,32 @@ def _alive(pid: int) -> bool:
 
 
 def _remaining(relay: Relay, bound: int) -> list[TopicState]:
-    """Topics that still hold rows which existed when the drain started."""
-    try:
-        return [s for s in left_over(relay, bound) if s.below_bound]
-    except RelayError as exc:
-        log.error("cannot tell what is left in the outbox: %s", exc)
-        return []
+    """Topics that still hold rows which existed when the drain started.
+
+    Raises RelayError when PostgreSQL cannot tell: an empty answer would claim a drain
+    that nobody verified. A connection dropped earlier fails its first use, so retry.
+    """
+    for attempt in range(1, _REMAINING_ATTEMPTS + 1):
+        try:
+            return [s for s in left_over(relay, bound) if s.below_bound]
+        except RelayError as exc:
+            if attempt == _REMAINING_ATTEMPTS:
+                raise
+            log.warning("cannot tell what is left in the outbox yet, retrying: %s", exc)
+            time.sleep(_REMAINING_PAUSE_S)
+    raise AssertionError("unreachable")
 
 
 def _exit_code(
-    available_now: bool, stopped: bool, failed: bool, remaining: list[TopicState]
+    available_now: bool, stopped: bool, failed: bool, remaining: list[TopicState],
+    verified: bool = True,
 ) -> ExitCode:
     if failed:
         return EXIT_FAILED
     if not available_now:
         return EXIT_OK
+    if not verified:
+        return ExitCode.NOT_VERIFIED
     if not remaining:
         return EXIT_OK
     return EXIT_INTERRUPTED if stopped else EXIT_LEFT_OVER

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg2
 import pytest
 
+from relay.app import print_summary
+from relay.exit_codes import ExitCode
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_INTERRUPTED, EXIT_OK
-from tests.integration.conftest import ConfigFactory, RelayRunner
+from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     Msg,
     consume,
@@ -108,3 +113,93 @@ def test_sigterm_interrupting_a_drain_exits_non_zero_and_loses_nothing(
     got = Counter(r.outbox_id for r in consume(stack.kafka_bootstrap, topics, expect=len(ids)))
     assert set(got) == set(ids)
     assert max(got.values()) == 1, "a graceful stop re-sends nothing"
+
+
+# Another relay's fresh lock: an available-now drain waits for it until its deadline.
+LOCK_ELSEWHERE = """
+INSERT INTO kafka_topic_info (topic, locked_by, locked_at)
+VALUES (%s, 'another-relay', now() AT TIME ZONE 'UTC')
+ON CONFLICT (topic) DO UPDATE SET locked_by = excluded.locked_by, locked_at = excluded.locked_at
+"""
+RELEASE_ELSEWHERE = "UPDATE kafka_topic_info SET locked_by = NULL, locked_at = NULL"
+SOURCE_CONNECTED = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = %s AND application_name = 'outbox-relay-source'
+"""
+DENY_CONNECTIONS = 'ALTER DATABASE "{}" ALLOW_CONNECTIONS false'  # a generated name
+ALLOW_CONNECTIONS = 'ALTER DATABASE "{}" ALLOW_CONNECTIONS true'
+TERMINATE_BACKENDS = """
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = %s AND pid <> pg_backend_pid()
+"""
+
+
+@contextmanager
+def unreachable(stack: StackInfo, url: str) -> Iterator[None]:
+    """The test's own database refuses connections and drops those it had; the shared
+    server and the other tests' databases are untouched."""
+    name = url.rpartition("/")[2]
+    admin = psycopg2.connect(stack.postgres_url)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cur:
+            cur.execute(DENY_CONNECTIONS.format(name))
+            cur.execute(TERMINATE_BACKENDS, (name,))
+        yield
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(ALLOW_CONNECTIONS.format(name))
+        admin.close()
+
+
+def _drain_waiting_for_a_lock(stack: StackInfo, url: str, make_config: ConfigFactory,
+                              run_relay: RelayRunner, deadline_s: float) -> Iterator[object]:
+    topics = [unique("unverified")]
+    create_topics(stack.kafka_bootstrap, {topics[0]: 1})
+    ids = _outbox(url, topics, 20)
+    query(url, LOCK_ELSEWHERE, (topics[0],))
+    config = make_config(topics, relay={"available_now_deadline_s": deadline_s,
+                                        "lock_timeout_s": 120})
+    thread, results = run_in_thread(lambda: run_relay(config))
+    name = url.rpartition("/")[2]
+    assert wait_for(lambda: query(url, SOURCE_CONNECTED, (name,))[0][0] > 0, 240), \
+        "the streaming source never polled"
+    yield thread, results, topics, ids
+
+
+def test_available_now_exits_not_verified_when_postgres_is_gone_at_the_end(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    deadline_s = 12.0
+    thread, results, _, _ = next(_drain_waiting_for_a_lock(
+        stack, migrated_url, make_config, run_relay, deadline_s))
+    with unreachable(stack, migrated_url):
+        thread.join(timeout=180)
+        assert not thread.is_alive()
+    result = results[0]
+    print_summary(result)
+    out = capsys.readouterr().out
+    print(f"exit {result.exit_code} after {result.seconds:.1f} s")
+    assert result.exit_code == ExitCode.NOT_VERIFIED, out
+    assert "drain not verified: PostgreSQL" in out, out
+    assert result.seconds >= deadline_s * 0.8, "a failed poll ended the drain early"
+
+
+def test_a_failed_poll_does_not_end_the_drain_before_its_deadline(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+) -> None:
+    thread, results, topics, ids = next(_drain_waiting_for_a_lock(
+        stack, migrated_url, make_config, run_relay, 60.0))
+    with unreachable(stack, migrated_url):
+        # An assertion window, not a synchronisation: the drain must still be waiting.
+        thread.join(timeout=5)
+        assert thread.is_alive(), f"the drain ended on a failed poll: {results}"
+    query(migrated_url, RELEASE_ELSEWHERE)
+    thread.join(timeout=180)
+    assert not thread.is_alive()
+    assert results[0].exit_code == EXIT_OK
+    got = consume(stack.kafka_bootstrap, topics, expect=len(ids))
+    assert sorted(r.outbox_id for r in got) == sorted(ids)
+    assert query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0
+

@@ -32,3 +32,11 @@ def test_the_readme_prints_the_table() -> None:
     assert markdown_table() in readme
     for code in ExitCode:
         assert f"| {int(code)} | `{code.name}` |" in readme
+
+
+def test_an_unverified_drain_is_not_a_success() -> None:
+    from relay.stream.runner import _exit_code
+
+    assert _exit_code(True, False, False, [], verified=False) == ExitCode.NOT_VERIFIED
+    assert _exit_code(True, True, False, [], verified=False) == ExitCode.NOT_VERIFIED
+    assert _exit_code(False, False, False, [], verified=False) == ExitCode.OK
