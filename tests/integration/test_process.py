@@ -13,6 +13,7 @@ import pytest
 
 from relay.app import print_summary
 from relay.exit_codes import ExitCode
+from relay.packages import spark_packages_conf
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_INTERRUPTED, EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
@@ -203,3 +204,39 @@ def test_a_failed_poll_does_not_end_the_drain_before_its_deadline(
     assert sorted(r.outbox_id for r in got) == sorted(ids)
     assert query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0
 
+
+SET_CREATED_AT = "UPDATE kafka_messages SET created_at = %s::timestamp WHERE id = %s"
+CREATED_AT_TEXT = """
+SELECT id, to_char(created_at, 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') FROM kafka_messages
+"""
+# Wall clocks that a JVM in New York gets wrong in other ways: one in the spring-forward
+# gap (02:30 does not exist there), one in the repeated autumn hour, one on a whole second.
+AWKWARD_CREATED_AT = ("2026-03-08 02:30:00.5", "2026-11-01 01:30:00.123456",
+                      "2026-07-01 12:00:00")
+LAUNCH_PATHS = {"relaunch": (), "packages": ("--packages", spark_packages_conf())}
+
+
+@pytest.mark.parametrize("launch", sorted(LAUNCH_PATHS))
+def test_created_at_header_is_the_rows_created_at_whatever_the_jvm_time_zone(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, tmp_path: Path,
+    launch: str,
+) -> None:
+    topics = [unique("created-at")]
+    create_topics(stack.kafka_bootstrap, {topics[0]: 1})
+    ids = _outbox(migrated_url, topics, 6)
+    for i, created_at in zip(ids, AWKWARD_CREATED_AT, strict=False):
+        query(migrated_url, SET_CREATED_AT, (created_at, i))
+    expected = dict(query(migrated_url, CREATED_AT_TEXT))
+    config = make_config(topics)
+    log = tmp_path / "relay.log"
+    proc = spark_submit(write_profile(config, tmp_path / "relay.toml"), "--available-now",
+                        env={"TZ": "America/New_York"}, log=log,
+                        submit_args=LAUNCH_PATHS[launch])
+    try:
+        assert proc.wait(timeout=400) == EXIT_OK, log.read_text()[-3000:]
+    finally:
+        kill_group(proc)
+    got = {r.outbox_id: r.headers["outbox-relay.created-at"].decode()
+           for r in consume(stack.kafka_bootstrap, topics, expect=len(ids))}
+    print({i: (expected[i], got.get(i)) for i in ids})
+    assert got == expected
