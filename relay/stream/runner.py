@@ -63,10 +63,16 @@ class LedgerFlusher:
         except Exception as exc:  # the next interval retries; nothing staged is lost
             log.warning("ledger copy failed, will retry: %s", exc)
 
-    def stop(self) -> None:
+    def stop(self, copy_now: bool = True) -> None:
+        """Stop copying; with copy_now, wait for the copy in flight and copy the rest.
+
+        After a stop signal nothing is awaited: a Delta copy can take longer than a
+        supervisor's grace period, and what is staged stays in PostgreSQL for the next run.
+        """
         self._done.set()
-        self._thread.join()
-        self.flush_once()
+        if copy_now:
+            self._thread.join()
+            self.flush_once()
 
 
 def start_query(relay: Relay, processor: BatchProcessor, available_now: bool) -> StreamingQuery:
@@ -126,7 +132,7 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
             log.error("the streaming query failed: %s", exc)
             failed = True
     finally:
-        flusher.stop()
+        flusher.stop(copy_now=not stop.requested)
     remaining: list[TopicState] = []
     unverified = None
     if bound is not None:
