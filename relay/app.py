@@ -6,21 +6,21 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import Any
 
 from relay.config import Config, load_config
 from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import discover
 from relay.errors import ConfigError, RelayError
+from relay.exit_codes import ExitCode
 from relay.packages import SPARK_PACKAGES, spark_packages_conf
 from relay.stream.runner import RunResult
 
 log = logging.getLogger("relay")
 
 LATEST_MIGRATION = "SELECT coalesce(max(version), 0) AS version FROM relay_schema_migrations"
-_GATEWAY_ENV = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -54,31 +54,27 @@ def preflight(config: Config) -> None:
     KafkaAdmin(config.kafka).check_reachable()
 
 
-def reexec_without_spark_submit_if_needed(config: Config) -> None:
-    """spark-submit started the driver JVM without our packages: relaunch as plain Python.
+def relaunch_without_spark_submit_if_needed(config: Config) -> int | None:
+    """spark-submit started the driver JVM without our packages: relaunch as plain Python,
+    and return the relaunched driver's exit code (None: no relaunch needed).
 
     Plain Python lets pyspark start a JVM with spark.jars.packages from relay.packages,
     so `spark-submit jobs/relay.py` works without repeating the package list. Passing
     `--packages "$(outbox-relay packages)"` avoids this hop.
     """
     if not config.spark.resolve_packages or not os.environ.get("PYSPARK_GATEWAY_PORT"):
-        return
+        return None
     from pyspark import SparkConf, SparkContext
 
     SparkContext._ensure_initialized()
     jvm_conf = SparkConf()
     present = (jvm_conf.get("spark.jars.packages") or "") + (jvm_conf.get("spark.jars") or "")
     if all(pkg.split(":")[1] in present for pkg in SPARK_PACKAGES):
-        return
+        return None
     log.info("spark-submit lacks %s; relaunching the driver to resolve them", spark_packages_conf())
-    # spark-submit's JVM stays our parent and passes our exit code on; it must outlive a
-    # TERM or INT to the process group so that code is the one of the graceful stop.
-    jvm: Any = SparkContext._jvm
-    for name in ("TERM", "INT"):
-        jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), jvm.sun.misc.SignalHandler.SIG_IGN)
-    env = {k: v for k, v in os.environ.items() if k not in _GATEWAY_ENV}
-    env["RELAY_WATCH_PID"] = str(os.getppid())
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    from relay.launcher import Launcher
+
+    return Launcher(SparkContext._jvm, SparkContext._gateway).run()
 
 
 def print_summary(result: RunResult) -> None:
@@ -106,6 +102,8 @@ def print_summary(result: RunResult) -> None:
             )
         )
         print(f"left over: topic {s.topic}: {why}")
+    if result.unverified:
+        print(result.unverified)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,13 +118,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop.install()
     try:
         config = load_config(args.config)
-        reexec_without_spark_submit_if_needed(config)
+        relaunched = relaunch_without_spark_submit_if_needed(config)
+        if relaunched is not None:
+            return relaunched
         preflight(config)
         from relay.spark import build_session
         from relay.stream.runner import run
         from relay.wiring import build_relay
 
         relay = build_relay(config, build_session(config))
+        # pyspark's SparkContext replaced our SIGINT handler with one that cancels every
+        # job and raises KeyboardInterrupt: a SIGINT must stop gracefully, like SIGTERM.
+        stop.install()
         try:
             result = run(relay, args.available_now, stop)
         finally:
@@ -134,5 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RelayError as exc:
         print(f"outbox-relay: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception:
+        # Uncaught, Python would exit 1, the code of "topics left over".
+        traceback.print_exc()
+        return ExitCode.DEFECT
     print_summary(result)
     return result.exit_code

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from relay.config import Config, load_config
 from relay.errors import RelayError
+from relay.exit_codes import ExitCode
+from relay.stack.proc import StackError
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -25,14 +28,14 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     finally:
         db.close()
     print(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
-    return 0
+    return ExitCode.OK
 
 
 def _cmd_packages(args: argparse.Namespace) -> int:
     from relay.packages import spark_packages_conf
 
     print(spark_packages_conf())
-    return 0
+    return ExitCode.OK
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
@@ -44,21 +47,21 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     ledger = Ledger(build_session(config), config, Database(config.postgres, "outbox-relay-cli"))
     if args.ledger_cmd == "flush":
         print(f"copied {ledger.flush()} batch(es) to {config.ledger.path}")
-        return 0
+        return ExitCode.OK
     if args.ledger_cmd == "maintain":
         ledger.maintain(config.ledger.retention_hours)
         print("ledger optimized and vacuumed")
-        return 0
+        return ExitCode.OK
     entries = ledger.lookup(args.topic, args.id)
     if not entries:
         print(f"message {args.id} of topic {args.topic!r}: no record (not relayed)")
-        return 1
+        return ExitCode.NOT_FOUND
     for e in entries:
         print(
             f"message {e.message_id} of topic {e.topic!r}: {e.outcome} at {e.relayed_at} "
             f"in session {e.session_id} by {e.source} ({e.where})"
         )
-    return 0
+    return ExitCode.OK
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -117,6 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RelayError as exc:
         print(f"outbox-relay: {exc}", file=sys.stderr)
         return exc.exit_code
+    except StackError as exc:
+        print(f"outbox-relay: {exc}", file=sys.stderr)
+        return ExitCode.STACK_FAILED
+    except Exception:
+        # An uncaught exception would exit 1, the code of "topics left over".
+        traceback.print_exc()
+        return ExitCode.DEFECT
 
 
 if __name__ == "__main__":

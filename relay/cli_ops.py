@@ -12,6 +12,7 @@ from relay.control import parking
 from relay.control.db import Database
 from relay.control.locks import CLEAR_ERROR, FORCE_UNLOCK
 from relay.control.pending import TopicFilter, pending_topics
+from relay.exit_codes import ExitCode
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -32,18 +33,18 @@ def _topics(args: argparse.Namespace) -> int:
             done = db.all(statement, (args.topic,))
         if not done:
             print(f"no topic {args.topic!r} in kafka_topic_info", file=sys.stderr)
-            return 1
+            return ExitCode.NOT_FOUND
         print(
             f"topic {args.topic!r}: {'error cleared' if args.topics_cmd == 'retry' else 'unlocked'}"
         )
-        return 0
+        return ExitCode.OK
     config = load_config(args.config)
     with _db(args) as db:
         states = pending_topics(db, config.relay.lock_timeout_s, TopicFilter([".*"], []))
     for s in states:
         detail = s.locked_by if s.state == "locked" else (s.last_error or "")
         print(f"{s.topic}\t{s.state}\tretries={s.retries}\t{detail}")
-    return 0
+    return ExitCode.OK
 
 
 def _parked(args: argparse.Namespace) -> int:
@@ -54,20 +55,20 @@ def _parked(args: argparse.Namespace) -> int:
                     f"{r['id']}\t{r['topic']}\t{r['bytes']} bytes\tattempts={r['attempts']}"
                     f"\t{r['parked_at']:%Y-%m-%d %H:%M:%S}\t{r['reason']}"
                 )
-            return 0
+            return ExitCode.OK
         if args.parked_cmd == "requeue":
             if not args.ids and args.topic is None:
                 print("give message ids or --topic", file=sys.stderr)
-                return 2
+                return ExitCode.USAGE
             new = parking.requeue(db, args.ids, args.topic)
             more = "…" if len(new) > 10 else ""
             print(f"requeued {len(new)} message(s) with new ids {new[:10]}{more}")
-            return 0
+            return ExitCode.OK
         if not args.yes and not _confirm(f"drop {len(args.ids)} parked message(s) for good?"):
             print("nothing dropped")
-            return 1
+            return ExitCode.DECLINED
         print(f"dropped {len(parking.drop(db, args.ids))} message(s)")
-        return 0
+        return ExitCode.OK
 
 
 def _confirm(question: str) -> bool:
@@ -86,7 +87,7 @@ def _peek(args: argparse.Namespace) -> int:
             f"{r['id']}\tkey={key!r}\tpartition_key={r['partition_key']!r}\t"
             f"{r['bytes'] or 0} bytes\theaders={r['headers']}\t{r['preview']!r}"
         )
-    return 0
+    return ExitCode.OK
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

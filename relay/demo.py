@@ -86,4 +86,6 @@ def run_demo(config_path: str, messages: int) -> int:
     started = time.monotonic()
     code = subprocess.call(cmd, cwd=REPO, env={**env, "PYSPARK_PYTHON": sys.executable})
     print(f"relay exited {code} after {time.monotonic() - started:.1f} s (including JVM start)")
-    return code
+    # The relay's own code is one of relay.exit_codes; killed by signal N, report 128 + N
+    # as a shell does.
+    return code if code >= 0 else 128 - code

@@ -2,36 +2,46 @@
 
 from __future__ import annotations
 
+from relay.exit_codes import ExitCode
+
 
 class RelayError(Exception):
     """Base class of every error the relay raises on purpose."""
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.RELAY_ERROR
 
 
 class ConfigError(RelayError):
     """Invalid or missing configuration; the message names the key."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class UnreachableError(RelayError):
     """A service (PostgreSQL or Kafka) cannot be reached; the message names which."""
 
-    exit_code = 4
+    exit_code = ExitCode.UNREACHABLE
 
 
 class DatabaseError(RelayError):
     """A PostgreSQL statement failed."""
 
+    exit_code = ExitCode.DATABASE_ERROR
+
 
 class DatabaseUnavailableError(DatabaseError):
     """The connection to PostgreSQL failed or dropped: worth retrying later."""
+
+    exit_code = ExitCode.DATABASE_LOST
 
 
 class LockLostError(RelayError):
     """This process no longer holds a topic lock it needed."""
 
+    exit_code = ExitCode.LOCK_LOST
+
 
 class MigrationError(RelayError):
     """A schema migration failed or the schema is in an unexpected state."""
+
+    exit_code = ExitCode.MIGRATION_FAILED

@@ -9,6 +9,5 @@ from __future__ import annotations
 HEADER_ID = "id"
 HEADER_SOURCE = "source"
 HEADER_CREATED_AT = "created-at"
-# created-at is ISO 8601 in UTC with microseconds: 2026-11-26T06:22:39.123456Z
-CREATED_AT_SPARK_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
+# created-at is ISO 8601 in UTC with microseconds (relay.data.records builds it).
 CREATED_AT_CHARS = len("2026-11-26T06:22:39.123456Z")

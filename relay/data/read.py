@@ -10,6 +10,12 @@ from relay.config import PostgresConfig
 CLAIMED_VIEW = "relay_claimed_messages"
 _INT_MIN = -(2**31)
 _INT_MAX = 2**31 - 1
+# created_at is `timestamp without time zone`: read as a java.sql.Timestamp it goes
+# through the JVM's default zone, which spark-submit or Databricks chose, not us (and a
+# wall clock in that zone's DST gap moves). PostgreSQL's own text of the value (ISO
+# DateStyle, which pgjdbc sets) involves no zone. Binary transfer would rebuild that
+# text from a Timestamp, so timestamps come as text.
+_CREATED_AT_AS_TEXT = {"customSchema": "created_at STRING", "binaryTransferDisable": "TIMESTAMP"}
 
 
 def jdbc_options(pg: PostgresConfig) -> dict[str, str]:
@@ -45,7 +51,9 @@ def _claimed_relation(spark: SparkSession, pg: PostgresConfig, partitions: int) 
     relation = _RELATIONS.get(key)
     if relation is None or relation.sparkSession is not spark:
         reader = (
-            spark.read.format("jdbc").options(**jdbc_options(pg)).option("dbtable", CLAIMED_VIEW)
+            spark.read.format("jdbc")
+            .options(**jdbc_options(pg), **_CREATED_AT_AS_TEXT)
+            .option("dbtable", CLAIMED_VIEW)
         )
         if partitions > 1:
             reader = (

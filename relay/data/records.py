@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from relay.data.partitioning import Partitioner, partition_col, partitioning_key_col
-from relay.headers import CREATED_AT_SPARK_FORMAT, HEADER_CREATED_AT, HEADER_ID, HEADER_SOURCE
+from relay.headers import HEADER_CREATED_AT, HEADER_ID, HEADER_SOURCE
 
 KAFKA_RECORD_COLUMNS = ("topic", "key", "value", "headers", "partition")
 
@@ -19,14 +19,23 @@ def _header(name: str | Column, value: Column) -> Column:
     return F.struct(key.alias("key"), value.cast("binary").alias("value"))
 
 
+def _iso_utc(created_at: Column) -> Column:
+    """`yyyy-MM-ddTHH:mm:ss.ffffffZ` from the text of a UTC wall clock.
+
+    The read delivers PostgreSQL's text (`yyyy-MM-dd HH:mm:ss[.f]`, trailing zeros of the
+    fraction dropped); text only, so no time zone of any JVM takes part.
+    """
+    text = created_at.cast("string")
+    fraction = F.rpad(F.regexp_extract(text, r"\.(\d{1,6})$", 1), 6, "0")
+    return F.concat(F.translate(F.substring(text, 1, 19), " ", "T"), F.lit("."), fraction,
+                    F.lit("Z"))
+
+
 def _headers(source_name: str, prefix: str) -> Column:
     reserved = F.array(
         _header(prefix + HEADER_ID, F.col("id").cast("string")),
         _header(prefix + HEADER_SOURCE, F.lit(source_name)),
-        _header(
-            prefix + HEADER_CREATED_AT,
-            F.date_format(F.col("created_at"), CREATED_AT_SPARK_FORMAT),
-        ),
+        _header(prefix + HEADER_CREATED_AT, _iso_utc(F.col("created_at"))),
     )
     # The claim already refused non-object headers, non-string values and reserved names.
     user = F.transform(

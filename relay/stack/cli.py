@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from relay import stack
+from relay.exit_codes import ExitCode
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,15 +37,15 @@ def run(args: argparse.Namespace) -> int:
             info = stack.status()
             if info is None:
                 print("error: the local stack is not up (run `stack up`)", file=sys.stderr)
-                return 1
+                return ExitCode.NOT_FOUND
             _print_env(info)
         else:
             print(f"error: unknown stack command {args.stack_command!r}", file=sys.stderr)
-            return 2
+            return ExitCode.USAGE
     except stack.StackError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return ExitCode.STACK_FAILED
+    return ExitCode.OK
 
 
 def _print_env(info: stack.StackInfo) -> None:

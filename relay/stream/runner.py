@@ -14,6 +14,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from relay.config import to_json_without_secrets
 from relay.control.pending import TopicFilter, TopicState, max_id, pending_topics
 from relay.errors import RelayError
+from relay.exit_codes import ExitCode
 from relay.stream.batch import BatchProcessor, RelayStats
 from relay.stream.source import SOURCE_NAME, OutboxSource
 from relay.stream.stop import StopSignal, forward_jvm_signals
@@ -21,10 +22,14 @@ from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_LEFT_OVER = 1
-EXIT_INTERRUPTED = 3
-EXIT_FAILED = 5
+# Names the tests and callers already use; the numbers live in relay.exit_codes only.
+EXIT_OK = ExitCode.OK
+EXIT_LEFT_OVER = ExitCode.LEFT_OVER
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+EXIT_FAILED = ExitCode.QUERY_FAILED
+
+_REMAINING_ATTEMPTS = 3
+_REMAINING_PAUSE_S = 1.0
 
 
 @dataclass
@@ -33,6 +38,8 @@ class RunResult:
     stats: RelayStats
     seconds: float
     left_over: list[TopicState]
+    # Set when PostgreSQL could not say what is left at the end of a drain.
+    unverified: str | None = None
 
 
 class LedgerFlusher:
@@ -56,10 +63,16 @@ class LedgerFlusher:
         except Exception as exc:  # the next interval retries; nothing staged is lost
             log.warning("ledger copy failed, will retry: %s", exc)
 
-    def stop(self) -> None:
+    def stop(self, copy_now: bool = True) -> None:
+        """Stop copying; with copy_now, wait for the copy in flight and copy the rest.
+
+        After a stop signal nothing is awaited: a Delta copy can take longer than a
+        supervisor's grace period, and what is staged stays in PostgreSQL for the next run.
+        """
         self._done.set()
-        self._thread.join()
-        self.flush_once()
+        if copy_now:
+            self._thread.join()
+            self.flush_once()
 
 
 def start_query(relay: Relay, processor: BatchProcessor, available_now: bool) -> StreamingQuery:
@@ -119,10 +132,18 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
             log.error("the streaming query failed: %s", exc)
             failed = True
     finally:
-        flusher.stop()
-    remaining = _remaining(relay, bound) if bound is not None else []
-    code = _exit_code(available_now, stop.requested, failed, remaining)
-    return RunResult(code, processor.stats, time.monotonic() - started, remaining)
+        flusher.stop(copy_now=not stop.requested)
+    remaining: list[TopicState] = []
+    unverified = None
+    if bound is not None:
+        try:
+            remaining = _remaining(relay, bound)
+        except RelayError as exc:
+            unverified = f"drain not verified: PostgreSQL unreachable at the end ({exc})"
+            log.error("%s", unverified)
+    code = _exit_code(available_now, stop.requested, failed, remaining,
+                      verified=unverified is None)
+    return RunResult(code, processor.stats, time.monotonic() - started, remaining, unverified)
 
 
 # A signal to the whole process group (Ctrl-C, `kill -TERM -PGID`) also reaches the `chmod`
@@ -180,21 +201,32 @@ def _alive(pid: int) -> bool:
 
 
 def _remaining(relay: Relay, bound: int) -> list[TopicState]:
-    """Topics that still hold rows which existed when the drain started."""
-    try:
-        return [s for s in left_over(relay, bound) if s.below_bound]
-    except RelayError as exc:
-        log.error("cannot tell what is left in the outbox: %s", exc)
-        return []
+    """Topics that still hold rows which existed when the drain started.
+
+    Raises RelayError when PostgreSQL cannot tell: an empty answer would claim a drain
+    that nobody verified. A connection dropped earlier fails its first use, so retry.
+    """
+    for attempt in range(1, _REMAINING_ATTEMPTS + 1):
+        try:
+            return [s for s in left_over(relay, bound) if s.below_bound]
+        except RelayError as exc:
+            if attempt == _REMAINING_ATTEMPTS:
+                raise
+            log.warning("cannot tell what is left in the outbox yet, retrying: %s", exc)
+            time.sleep(_REMAINING_PAUSE_S)
+    raise AssertionError("unreachable")
 
 
 def _exit_code(
-    available_now: bool, stopped: bool, failed: bool, remaining: list[TopicState]
-) -> int:
+    available_now: bool, stopped: bool, failed: bool, remaining: list[TopicState],
+    verified: bool = True,
+) -> ExitCode:
     if failed:
         return EXIT_FAILED
     if not available_now:
         return EXIT_OK
+    if not verified:
+        return ExitCode.NOT_VERIFIED
     if not remaining:
         return EXIT_OK
     return EXIT_INTERRUPTED if stopped else EXIT_LEFT_OVER

@@ -81,8 +81,21 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             work = self._work_waiting()
         except RelayError as exc:
             log.warning("outbox poll failed, will retry: %s", exc)
-            work = False
+            work = self._retry_failed_poll()
         return {"tick": start["tick"] + 1} if work else start
+
+    def _retry_failed_poll(self) -> bool:
+        """Whether to report work after a failed poll, so that an available-now query
+        polls again instead of ending: "no work" ends it, and a failed poll says nothing
+        about the outbox. Only the deadline ends a drain then (the runner, unable to read
+        what is left either, exits NOT_VERIFIED). Continuous mode simply polls again."""
+        if self._deadline is None:
+            return False
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(left, _MAX_WAIT_S, max(self._poll_s, 0.5)))
+        return True
 
     def _work_waiting(self) -> bool:
         states = pending_topics(

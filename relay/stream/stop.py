@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from relay.exit_codes import ExitCode
+
 log = logging.getLogger(__name__)
 
-EXIT_AT_ONCE = 130
+EXIT_AT_ONCE = ExitCode.AT_ONCE
 _ECHO_WINDOW_S = 1.0
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,14 +63,16 @@ def _value(value: Any) -> str:
 
 
 def spark_submit(profile: Path, *args: str, env: dict[str, str] | None = None,
-                 log: Path | None = None) -> subprocess.Popen[bytes]:
-    """Start `spark-submit jobs/relay.py --config profile ...` as a process group leader."""
+                 log: Path | None = None,
+                 submit_args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """Start `spark-submit [submit_args] jobs/relay.py --config profile ...` as a process
+    group leader (`submit_args` are spark-submit's own, e.g. `--packages`)."""
     submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent))
     assert submit, "spark-submit is installed with pyspark"
     child_env = {**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})}
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed by the child
     return subprocess.Popen(
-        [submit, str(REPO / "jobs" / "relay.py"), "--config", str(profile), *args],
+        [submit, *submit_args, str(REPO / "jobs" / "relay.py"), "--config", str(profile), *args],
         cwd=REPO, env=child_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
     )
 

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg2
 import pytest
 
+from relay.app import print_summary
+from relay.exit_codes import ExitCode
+from relay.packages import spark_packages_conf
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_INTERRUPTED, EXIT_OK
-from tests.integration.conftest import ConfigFactory, RelayRunner
+from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     Msg,
     consume,
@@ -137,3 +143,129 @@ def test_sigterm_interrupting_a_drain_exits_non_zero_and_loses_nothing(
     got = Counter(r.outbox_id for r in consume(stack.kafka_bootstrap, topics, expect=len(ids)))
     assert set(got) == set(ids)
     assert max(got.values()) == 1, "a graceful stop re-sends nothing"
+
+
+# Another relay's fresh lock: an available-now drain waits for it until its deadline.
+LOCK_ELSEWHERE = """
+INSERT INTO kafka_topic_info (topic, locked_by, locked_at)
+VALUES (%s, 'another-relay', now() AT TIME ZONE 'UTC')
+ON CONFLICT (topic) DO UPDATE SET locked_by = excluded.locked_by, locked_at = excluded.locked_at
+"""
+RELEASE_ELSEWHERE = "UPDATE kafka_topic_info SET locked_by = NULL, locked_at = NULL"
+SOURCE_CONNECTED = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = %s AND application_name = 'outbox-relay-source'
+"""
+DENY_CONNECTIONS = 'ALTER DATABASE "{}" ALLOW_CONNECTIONS false'  # a generated name
+ALLOW_CONNECTIONS = 'ALTER DATABASE "{}" ALLOW_CONNECTIONS true'
+TERMINATE_BACKENDS = """
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = %s AND pid <> pg_backend_pid()
+"""
+
+
+@contextmanager
+def unreachable(stack: StackInfo, url: str) -> Iterator[None]:
+    """The test's own database refuses connections and drops those it had; the shared
+    server and the other tests' databases are untouched."""
+    name = url.rpartition("/")[2]
+    admin = psycopg2.connect(stack.postgres_url)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cur:
+            cur.execute(DENY_CONNECTIONS.format(name))
+            cur.execute(TERMINATE_BACKENDS, (name,))
+        yield
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(ALLOW_CONNECTIONS.format(name))
+        admin.close()
+
+
+def _drain_waiting_for_a_lock(stack: StackInfo, url: str, make_config: ConfigFactory,
+                              run_relay: RelayRunner, deadline_s: float) -> Iterator[object]:
+    topics = [unique("unverified")]
+    create_topics(stack.kafka_bootstrap, {topics[0]: 1})
+    ids = _outbox(url, topics, 20)
+    query(url, LOCK_ELSEWHERE, (topics[0],))
+    config = make_config(topics, relay={"available_now_deadline_s": deadline_s,
+                                        "lock_timeout_s": 120})
+    thread, results = run_in_thread(lambda: run_relay(config))
+    name = url.rpartition("/")[2]
+    assert wait_for(lambda: query(url, SOURCE_CONNECTED, (name,))[0][0] > 0, 240), \
+        "the streaming source never polled"
+    yield thread, results, topics, ids
+
+
+def test_available_now_exits_not_verified_when_postgres_is_gone_at_the_end(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    deadline_s = 12.0
+    thread, results, _, _ = next(_drain_waiting_for_a_lock(
+        stack, migrated_url, make_config, run_relay, deadline_s))
+    with unreachable(stack, migrated_url):
+        thread.join(timeout=180)
+        assert not thread.is_alive()
+    result = results[0]
+    print_summary(result)
+    out = capsys.readouterr().out
+    print(f"exit {result.exit_code} after {result.seconds:.1f} s")
+    assert result.exit_code == ExitCode.NOT_VERIFIED, out
+    assert "drain not verified: PostgreSQL" in out, out
+    assert result.seconds >= deadline_s * 0.8, "a failed poll ended the drain early"
+
+
+def test_a_failed_poll_does_not_end_the_drain_before_its_deadline(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+) -> None:
+    thread, results, topics, ids = next(_drain_waiting_for_a_lock(
+        stack, migrated_url, make_config, run_relay, 60.0))
+    with unreachable(stack, migrated_url):
+        # An assertion window, not a synchronisation: the drain must still be waiting.
+        thread.join(timeout=5)
+        assert thread.is_alive(), f"the drain ended on a failed poll: {results}"
+    query(migrated_url, RELEASE_ELSEWHERE)
+    thread.join(timeout=180)
+    assert not thread.is_alive()
+    assert results[0].exit_code == EXIT_OK
+    got = consume(stack.kafka_bootstrap, topics, expect=len(ids))
+    assert sorted(r.outbox_id for r in got) == sorted(ids)
+    assert query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0
+
+
+SET_CREATED_AT = "UPDATE kafka_messages SET created_at = %s::timestamp WHERE id = %s"
+CREATED_AT_TEXT = """
+SELECT id, to_char(created_at, 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') FROM kafka_messages
+"""
+# Wall clocks that a JVM in New York gets wrong in other ways: one in the spring-forward
+# gap (02:30 does not exist there), one in the repeated autumn hour, one on a whole second.
+AWKWARD_CREATED_AT = ("2026-03-08 02:30:00.5", "2026-11-01 01:30:00.123456",
+                      "2026-07-01 12:00:00")
+LAUNCH_PATHS = {"relaunch": (), "packages": ("--packages", spark_packages_conf())}
+
+
+@pytest.mark.parametrize("launch", sorted(LAUNCH_PATHS))
+def test_created_at_header_is_the_rows_created_at_whatever_the_jvm_time_zone(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, tmp_path: Path,
+    launch: str,
+) -> None:
+    topics = [unique("created-at")]
+    create_topics(stack.kafka_bootstrap, {topics[0]: 1})
+    ids = _outbox(migrated_url, topics, 6)
+    for i, created_at in zip(ids, AWKWARD_CREATED_AT, strict=False):
+        query(migrated_url, SET_CREATED_AT, (created_at, i))
+    expected = dict(query(migrated_url, CREATED_AT_TEXT))
+    config = make_config(topics)
+    log = tmp_path / "relay.log"
+    proc = spark_submit(write_profile(config, tmp_path / "relay.toml"), "--available-now",
+                        env={"TZ": "America/New_York"}, log=log,
+                        submit_args=LAUNCH_PATHS[launch])
+    try:
+        assert proc.wait(timeout=400) == EXIT_OK, log.read_text()[-3000:]
+    finally:
+        kill_group(proc)
+    got = {r.outbox_id: r.headers["outbox-relay.created-at"].decode()
+           for r in consume(stack.kafka_bootstrap, topics, expect=len(ids))}
+    print({i: (expected[i], got.get(i)) for i in ids})
+    assert got == expected

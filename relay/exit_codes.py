@@ -1,0 +1,65 @@
+"""Every exit code of the relay and of every command, in one table (the README prints it).
+
+Schedulers (Airflow, Kubernetes, supervisord) act on these numbers, so each outcome has
+a number of its own and a number never changes its meaning.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    LEFT_OVER = 1
+    USAGE = 2
+    INTERRUPTED = 3
+    UNREACHABLE = 4
+    QUERY_FAILED = 5
+    NOT_VERIFIED = 6
+    DATABASE_ERROR = 7
+    DATABASE_LOST = 8
+    LOCK_LOST = 9
+    MIGRATION_FAILED = 10
+    NOT_FOUND = 11
+    DECLINED = 12
+    STACK_FAILED = 13
+    RELAY_ERROR = 14
+    DEFECT = 15
+    AT_ONCE = 130
+
+    @property
+    def meaning(self) -> str:
+        return _MEANINGS[self]
+
+
+_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "drained (available-now), stopped cleanly (continuous), or the command did "
+    "what was asked",
+    ExitCode.LEFT_OVER: "available-now: topics left in error or locked elsewhere after "
+    "`relay.available_now_deadline_s`, one line each",
+    ExitCode.USAGE: "invalid configuration or command line (the line names the key)",
+    ExitCode.INTERRUPTED: "available-now: a stop signal came before the outbox drained",
+    ExitCode.UNREACHABLE: "PostgreSQL or Kafka unreachable (the line names which, never the "
+    "password)",
+    ExitCode.QUERY_FAILED: "the streaming query failed",
+    ExitCode.NOT_VERIFIED: "available-now: PostgreSQL unreachable at the end, so whether the "
+    "outbox drained is unknown",
+    ExitCode.DATABASE_ERROR: "a PostgreSQL statement failed",
+    ExitCode.DATABASE_LOST: "the connection to PostgreSQL dropped",
+    ExitCode.LOCK_LOST: "this process lost a topic lock it needed",
+    ExitCode.MIGRATION_FAILED: "a schema migration failed, or the schema files are invalid",
+    ExitCode.NOT_FOUND: "what the command names does not exist (a topic, a ledger record, "
+    "the local stack)",
+    ExitCode.DECLINED: "nothing done: the confirmation was refused or could not be asked",
+    ExitCode.STACK_FAILED: "the local stack could not start or stop",
+    ExitCode.RELAY_ERROR: "another error of the relay (the line says which)",
+    ExitCode.DEFECT: "an unexpected error, a defect: the traceback is printed",
+    ExitCode.AT_ONCE: "a second stop signal: exited at once, without the graceful stop",
+}
+
+
+def markdown_table() -> str:
+    """The README's table of exit codes."""
+    rows = [f"| {int(c)} | `{c.name}` | {c.meaning} |" for c in ExitCode]
+    return "\n".join(["| code | name | meaning |", "| --- | --- | --- |", *rows])

@@ -1,0 +1,42 @@
+"""One table of exit codes: every error class and command outcome has a code of its own,
+and the README prints exactly that table."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from relay import errors
+from relay.exit_codes import ExitCode, markdown_table
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_every_error_class_has_a_code_of_its_own() -> None:
+    classes = [c for _, c in inspect.getmembers(errors, inspect.isclass)
+               if issubclass(c, errors.RelayError)]
+    codes = {c.__name__: c.exit_code for c in classes}
+    assert all(isinstance(code, ExitCode) for code in codes.values()), codes
+    assert len(set(codes.values())) == len(codes), f"two error classes share a code: {codes}"
+    assert ExitCode.LEFT_OVER not in codes.values(), "1 means topics left over, nothing else"
+    assert ExitCode.OK not in codes.values()
+
+
+def test_every_code_has_a_meaning_and_a_distinct_number() -> None:
+    assert len({int(c) for c in ExitCode}) == len(ExitCode)
+    assert all(c.meaning.strip() for c in ExitCode)
+
+
+def test_the_readme_prints_the_table() -> None:
+    readme = README.read_text(encoding="utf-8")
+    assert markdown_table() in readme
+    for code in ExitCode:
+        assert f"| {int(code)} | `{code.name}` |" in readme
+
+
+def test_an_unverified_drain_is_not_a_success() -> None:
+    from relay.stream.runner import _exit_code
+
+    assert _exit_code(True, False, False, [], verified=False) == ExitCode.NOT_VERIFIED
+    assert _exit_code(True, True, False, [], verified=False) == ExitCode.NOT_VERIFIED
+    assert _exit_code(False, False, False, [], verified=False) == ExitCode.OK
