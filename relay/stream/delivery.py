@@ -35,6 +35,11 @@ class Delivery:
     def __init__(self, relay: Relay, parking: Parking) -> None:
         self.relay = relay
         self.parking = parking
+        self.lost: set[str] = set()
+
+    def lock_lost(self, topics: set[str]) -> None:
+        """Called from the heartbeat thread (minimal stand-in: records the topics)."""
+        self.lost |= topics
 
     def deliver(self, batch_id: int, sessions: list[Claim], counts: dict[str, int]) -> Outcome:
         """One write for every session; on failure, topic by topic, then message by message."""
