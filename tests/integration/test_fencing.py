@@ -230,12 +230,13 @@ def test_a_lock_lost_before_the_claim_skips_the_claim(
         claimed.append([t.topic for t in limits])
         return claim(limits, *args)
 
-    lock_lost = getattr(processor._delivery, "lock_lost", None)
-    if lock_lost is not None:
-        def noted(topics: set[str]) -> None:
-            lock_lost(topics)
-            lost.set()
-        processor._delivery.lock_lost = noted  # type: ignore[method-assign]
+    lock_lost = processor._delivery.lock_lost
+
+    def noted(topics: set[str]) -> None:
+        lock_lost(topics)
+        lost.set()
+
+    processor._delivery.lock_lost = noted  # type: ignore[method-assign]
     processor._validate = stolen_while_validating  # type: ignore[method-assign]
     relay.claims.claim = recording_claim  # type: ignore[method-assign]
     try:
