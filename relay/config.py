@@ -101,7 +101,9 @@ class KafkaConfig(_Model):
     batch_size: int = Field(262_144, ge=1024)
     compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
     admin_timeout_s: float = Field(10.0, gt=0)
-    # Security and other client settings, passed through verbatim in each dialect.
+    # Security and other client settings, passed through verbatim in each dialect. Only
+    # java_options reach the producer; librdkafka_options only the driver's admin client,
+    # which sends nothing, so no delivery guarantee rests on them.
     java_options: dict[str, str] = Field(default_factory=dict)
     librdkafka_options: dict[str, str] = Field(default_factory=dict)
 
