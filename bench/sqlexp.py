@@ -133,14 +133,15 @@ def run_variant(url: str, backlog: Backlog, limit: int, claim_sql: str, finish_s
     topics = list(backlog.topics)
     claim_params = {"topics": topics, "max_bytes": [1_048_576 - 512] * len(topics),
                     "key_required": [False] * len(topics), "compact": [False] * len(topics),
-                    "token": TOKEN, "prefix": PREFIX, "limit": limit,
+                    "token": TOKEN, "lock_timeout_s": 60, "prefix": PREFIX, "limit": limit,
                     "batch_bytes": 256 * 1024 * 1024}
     try:
         with conn.cursor() as cur:
             for _ in range(max_rounds):
                 steps: list[Step] = []
                 cur.execute(locks.ENSURE_TOPICS, (topics,))
-                cur.execute(locks.LOCK_TOPICS, {"token": TOKEN, "topics": topics, "timeout": 60})
+                cur.execute(locks.LOCK_TOPICS, {"token": TOKEN, "topics": topics,
+                                                "lock_timeout_s": 60})
                 conn.commit()
                 ms, plan = _explain(cur, claim_sql, claim_params)
                 conn.commit()
@@ -157,7 +158,8 @@ def run_variant(url: str, backlog: Backlog, limit: int, claim_sql: str, finish_s
                 steps.append(Step("jdbc read (whole batch)", ms, claimed, _first_buffers(plan),
                                   plan))
                 conn.commit()
-                cur.execute(locks.HOLD_OWNED, (topics, TOKEN))
+                cur.execute(locks.HOLD_OWNED, {"topics": topics, "token": TOKEN,
+                                               "lock_timeout_s": 60})
                 ms, plan = _explain(cur, finish_sql, {
                     "sessions": [r[0] for r in sessions], "owned": topics, "token": TOKEN,
                     "source": "bench"})

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from relay.errors import ConfigError
 
@@ -39,7 +47,10 @@ class PostgresConfig(_Model):
     password: SecretStr | None = None
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
     connect_timeout_s: int = Field(10, ge=1)
-    statement_timeout_ms: int = Field(120_000, ge=0)
+    # The control plane's; unset, half the lock timeout (Config._derive_statement_timeout).
+    statement_timeout_ms: int = Field(30_000, ge=1)
+    # The executors' JDBC read of a batch: no lock renewal waits on it, so it may be longer.
+    read_statement_timeout_ms: int = Field(120_000, ge=0)
     idle_in_transaction_timeout_ms: int = Field(60_000, ge=0)
     fetch_size: int = Field(10_000, ge=1)
 
@@ -92,7 +103,9 @@ class KafkaConfig(_Model):
     # How long the broker must keep saying a topic does not exist before its rows count
     # as undeliverable (parked under `park`): a new topic's metadata takes a moment.
     missing_topic_grace_s: float = Field(60.0, ge=0)
-    # Security and other client settings, passed through verbatim in each dialect.
+    # Security and other client settings, passed through verbatim in each dialect. Only
+    # java_options reach the producer; librdkafka_options only the driver's admin client,
+    # which sends nothing, so no delivery guarantee rests on them.
     java_options: dict[str, str] = Field(default_factory=dict)
     librdkafka_options: dict[str, str] = Field(default_factory=dict)
 
@@ -100,6 +113,16 @@ class KafkaConfig(_Model):
     @classmethod
     def _resolve_env_refs(cls, value: dict[str, str]) -> dict[str, str]:
         return {k: _resolve_env_ref(k, v) for k, v in value.items()}
+
+    @field_validator("java_options")
+    @classmethod
+    def _keep_delivery_guarantees(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if _java_option_name(key) in GUARANTEED_JAVA_OPTIONS:
+                raise ValueError(f"kafka.java_options.{key}: the relay sets "
+                                 f"{_java_option_name(key)} itself for its delivery guarantees "
+                                 "(per-key order, no duplicates on retry); remove it")
+        return value
 
 
 class LedgerConfig(_Model):
@@ -177,6 +200,58 @@ class Config(_Model):
     relay: RelaySettings = RelaySettings()
     spark: SparkSettings = SparkSettings()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_statement_timeout(cls, data: Any) -> Any:
+        """Unset, the control plane's statement timeout is half the lock timeout."""
+        if not isinstance(data, dict):
+            return data
+        pg, settings = data.get("postgres", {}), data.get("relay", {})
+        if not isinstance(pg, dict) or not isinstance(settings, dict):
+            return data  # validation reports the wrong type
+        default_lock_s = RelaySettings.model_fields["lock_timeout_s"].default
+        lock_s = settings.get("lock_timeout_s", default_lock_s)
+        if "statement_timeout_ms" in pg or not isinstance(lock_s, int | float) or lock_s <= 0:
+            return data
+        return {**data, "postgres": {**pg, "statement_timeout_ms": max(1, int(lock_s * 500))}}
+
+    @model_validator(mode="after")
+    def _timeouts_keep_the_lock(self) -> Config:
+        """The heartbeat must renew a lock before it lapses, by the database's clock.
+
+        A third of the lock timeout between renewals lets a lock survive two missed
+        renewals; a renewal that hangs is cut off by the statement timeout and retried
+        one interval later, still before the lock lapses.
+        """
+        lock_s, beat_s = self.relay.lock_timeout_s, self.relay.heartbeat_interval_s
+        statement_ms = self.postgres.statement_timeout_ms
+        if beat_s * 3 > lock_s:
+            raise ValueError(
+                f"relay.heartbeat_interval_s: {beat_s:g} s must be at most a third of "
+                f"relay.lock_timeout_s ({lock_s:g} s), so a lock survives two missed renewals"
+            )
+        if statement_ms / 1000 + beat_s >= lock_s:
+            raise ValueError(
+                f"postgres.statement_timeout_ms: {statement_ms} ms plus "
+                f"relay.heartbeat_interval_s ({beat_s:g} s) must stay below "
+                f"relay.lock_timeout_s ({lock_s:g} s), so a renewal that hangs is cut off "
+                "and retried before the lock lapses"
+            )
+        return self
+
+
+# Producer settings the relay's guarantees rest on (sink.producer_options sets them).
+# Kafka's names are case-sensitive, but Spark lower-cases its `kafka.` options.
+GUARANTEED_JAVA_OPTIONS = frozenset(
+    {"acks", "enable.idempotence", "max.in.flight.requests.per.connection"}
+)
+
+
+def _java_option_name(key: str) -> str:
+    """The producer setting a java_options key reaches, as Spark's sink passes it on."""
+    name = key.strip().lower()
+    return name.removeprefix("kafka.")
+
 
 def _at_most_bytes(value: str, limit: int) -> str:
     if len(value.encode()) > limit:
@@ -235,6 +310,11 @@ def _describe(exc: ValidationError) -> str:
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
         msg = "unknown setting"
+    elif first["type"] == "value_error" and ": " in str(first["ctx"]["error"]):
+        # A rule over several keys names the one to change first in its message.
+        named, _, msg = str(first["ctx"]["error"]).partition(": ")
+        if not first["loc"] or named.startswith(f"{key}."):
+            key = named
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return f"invalid config key {key}: {msg}{more}"
 

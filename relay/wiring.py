@@ -55,7 +55,7 @@ def build_relay(config: Config, spark: SparkSession) -> Relay:
         db=db,
         locks=TopicLocks(db, token, relay.lock_timeout_s, backoff),
         heartbeat_locks=TopicLocks(heartbeat_db, token, relay.lock_timeout_s, backoff),
-        claims=Claims(db, token, relay.header_prefix, relay.source_name),
+        claims=Claims(db, token, relay.lock_timeout_s, relay.header_prefix, relay.source_name),
         admin=KafkaAdmin(config.kafka),
         ledger=Ledger(spark, config, ledger_db),
     )

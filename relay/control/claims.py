@@ -13,10 +13,18 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from relay.control.db import Database
-from relay.control.locks import HOLD_OWNED, REGISTER_ERROR, RELEASE, TopicLocks
+from relay.control.locks import HELD, HOLD_OWNED, REGISTER_ERROR, RELEASE, TopicLocks, held_by
 
-CLEAR_STALE_SESSIONS = """
-DELETE FROM relay_sessions WHERE topic = ANY(%s::varchar[]) AND lock_token <> %s
+# Sessions of a relay that died or lost its lock: their ids are in no batch being
+# sent. Another token's session goes only once that token holds no lock on the topic and
+# the session is older than the lock timeout, so a relay whose own lock lapsed cannot
+# remove the live owner's session.
+CLEAR_STALE_SESSIONS = f"""
+DELETE FROM relay_sessions s
+WHERE s.topic = ANY(%(topics)s::varchar[]) AND s.lock_token <> %(token)s
+  AND s.claimed_at < now() - make_interval(secs => %(lock_timeout_s)s)
+  AND NOT EXISTS (SELECT 1 FROM kafka_topic_info i
+                  WHERE i.topic = s.topic AND {held_by("s.lock_token")})
 """
 
 CLAIM = """
@@ -38,7 +46,7 @@ candidate AS (
                                            c.headers, s.max_bytes, %(prefix)s, s.key_required)
            END AS problem
     FROM spec s
-    JOIN kafka_topic_info i ON i.topic = s.topic AND i.locked_by = %(token)s
+    JOIN kafka_topic_info i ON i.topic = s.topic AND """ + HELD + """
     CROSS JOIN LATERAL (
         SELECT m.id, m.key, m.message, m.partition_key, m.headers,
                coalesce(octet_length(m.message), 0) + coalesce(octet_length(m.key), 0)
@@ -183,9 +191,11 @@ class ClaimBatch:
 
 
 class Claims:
-    def __init__(self, db: Database, token: str, header_prefix: str, source_name: str) -> None:
+    def __init__(self, db: Database, token: str, lock_timeout_s: float, header_prefix: str,
+                 source_name: str) -> None:
         self.db = db
         self.token = token
+        self.lock_timeout_s = lock_timeout_s
         self.header_prefix = header_prefix
         self.source_name = source_name
 
@@ -197,12 +207,14 @@ class Claims:
             "key_required": [t.key_required for t in limits],
             "compact": [t.compact for t in limits],
             "token": self.token,
+            "lock_timeout_s": self.lock_timeout_s,
             "prefix": self.header_prefix,
             "limit": limit,
             "batch_bytes": batch_bytes,
         }
         with self.db.transaction() as cur:
-            cur.execute(CLEAR_STALE_SESSIONS, (topics, self.token))
+            cur.execute(CLEAR_STALE_SESSIONS, {"topics": topics, "token": self.token,
+                                               "lock_timeout_s": self.lock_timeout_s})
             cur.execute(CLAIM, params)
             rows = cur.fetchall()
         claims = [
@@ -256,7 +268,7 @@ def finish(
     """
     topics = sorted(set(locked) | {c.topic for c in sessions} | set(errors))
     with claims.db.transaction() as cur:
-        cur.execute(HOLD_OWNED, (topics, claims.token))
+        cur.execute(HOLD_OWNED, locks.fence_params(topics=topics))
         owned = {r["topic"] for r in cur.fetchall()}
         cur.execute(
             FINISH_SESSIONS,
@@ -268,7 +280,9 @@ def finish(
             },
         )
         staged = cur.fetchall()
-        cur.execute(ABANDON_OWN_SESSIONS, (sorted(owned), claims.token))
+        # Also on topics whose lock was lost: nobody else finishes our sessions, and
+        # others clear them only once they are older than the lock timeout.
+        cur.execute(ABANDON_OWN_SESSIONS, (topics, claims.token))
         cur.execute(RELEASE, (sorted(owned - errors.keys()), claims.token))
         for topic in sorted(owned & errors.keys()):
             cur.execute(REGISTER_ERROR, locks.error_params(topic, errors[topic]))

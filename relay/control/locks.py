@@ -12,6 +12,24 @@ from dataclasses import dataclass
 
 from relay.control.db import Database
 
+
+def held_by(token: str) -> str:
+    """The one definition of "holds the topic's lock": the token, renewed within the lock
+    timeout by the database's clock.
+
+    Every fenced statement embeds it, with the topic row aliased ``i`` and the timeout
+    passed as ``%(lock_timeout_s)s``; ``token`` is SQL text chosen by the code (a parameter
+    placeholder or a column), never a value. Its negation, for any token, is what
+    LOCK_TOPICS may take over.
+    """
+    return (
+        f"(i.locked_by = {token} AND i.locked_at >= now() AT TIME ZONE 'UTC'"
+        " - make_interval(secs => %(lock_timeout_s)s))"
+    )
+
+
+HELD = held_by("%(token)s")
+
 ENSURE_TOPICS = """
 INSERT INTO kafka_topic_info (topic)
 SELECT t FROM unnest(%s::varchar[]) AS t
@@ -19,8 +37,8 @@ ON CONFLICT (topic) DO NOTHING
 """
 
 # A free topic, a topic whose backoff is over, or a lock nobody renewed in time.
-LOCK_TOPICS = """
-UPDATE kafka_topic_info
+LOCK_TOPICS = f"""
+UPDATE kafka_topic_info i
 SET locked_by = %(token)s, locked_at = now() AT TIME ZONE 'UTC'
 WHERE topic = ANY(%(topics)s::varchar[])
   AND (
@@ -28,25 +46,25 @@ WHERE topic = ANY(%(topics)s::varchar[])
          AND (NOT error
               OR coalesce(next_retry_at, locked_at + interval '60 seconds', '-infinity')
                  <= now() AT TIME ZONE 'UTC'))
-     OR (locked_by IS NOT NULL
-         AND coalesce(locked_at, '-infinity')
-             < now() AT TIME ZONE 'UTC' - make_interval(secs => %(timeout)s))
+     OR (locked_by IS NOT NULL AND NOT coalesce({held_by("i.locked_by")}, false))
   )
 RETURNING topic
 """
 
-HEARTBEAT = """
-UPDATE kafka_topic_info
+# A lock that lapsed is never renewed, even if nobody took it yet: the batch body may
+# already have been refused for it, and it stops working on that topic.
+HEARTBEAT = f"""
+UPDATE kafka_topic_info i
 SET locked_at = now() AT TIME ZONE 'UTC'
-WHERE topic = ANY(%s::varchar[]) AND locked_by = %s
+WHERE topic = ANY(%(topics)s::varchar[]) AND {HELD}
 RETURNING topic
 """
 
-# Row locks on the topics this process still owns. Held until commit, so nobody can
+# Row locks on the topics this process still holds. Held until commit, so nobody can
 # take the topic over while the session's delete runs.
-HOLD_OWNED = """
-SELECT topic FROM kafka_topic_info
-WHERE topic = ANY(%s::varchar[]) AND locked_by = %s
+HOLD_OWNED = f"""
+SELECT topic FROM kafka_topic_info i
+WHERE topic = ANY(%(topics)s::varchar[]) AND {HELD}
 ORDER BY topic
 FOR UPDATE
 """
@@ -106,14 +124,18 @@ class TopicLocks:
             cur.execute(ENSURE_TOPICS, (sorted(topics),))
             cur.execute(
                 LOCK_TOPICS,
-                {"token": self.token, "topics": sorted(topics), "timeout": self.lock_timeout_s},
+                self.fence_params(topics=sorted(topics)),
             )
             return sorted(row["topic"] for row in cur.fetchall())
 
     def heartbeat(self, topics: Collection[str]) -> set[str]:
         """Renew the locks; returns the topics this process still holds."""
-        rows = self.db.all(HEARTBEAT, (sorted(topics), self.token))
+        rows = self.db.all(HEARTBEAT, self.fence_params(topics=sorted(topics)))
         return {row["topic"] for row in rows}
+
+    def fence_params(self, **extra: object) -> dict[str, object]:
+        """The parameters of `HELD` for this process, with a statement's own."""
+        return {"token": self.token, "lock_timeout_s": self.lock_timeout_s, **extra}
 
     def release(self, topics: Collection[str]) -> None:
         if topics:

@@ -14,12 +14,13 @@ from typing import Any
 
 from relay.control.claims import TopicLimits
 from relay.control.db import Database
+from relay.control.locks import HELD
 
-_MOVE = """
+_MOVE = f"""
 moved AS (
     DELETE FROM kafka_messages m
     USING doomed d, kafka_topic_info i
-    WHERE m.id = d.id AND i.topic = m.topic AND i.locked_by = %(token)s
+    WHERE m.id = d.id AND i.topic = m.topic AND {HELD}
     RETURNING m.*, d.reason
 ),
 parked AS (
@@ -117,14 +118,17 @@ class Parked:
 
 
 class Parking:
-    def __init__(self, db: Database, token: str, source_name: str, header_prefix: str) -> None:
+    def __init__(self, db: Database, token: str, lock_timeout_s: float, source_name: str,
+                 header_prefix: str) -> None:
         self.db = db
         self.token = token
+        self.lock_timeout_s = lock_timeout_s
         self.source_name = source_name
         self.header_prefix = header_prefix
 
     def _params(self, **extra: Any) -> dict[str, Any]:
-        return {"token": self.token, "source": self.source_name, "attempts": 0, **extra}
+        return {"token": self.token, "lock_timeout_s": self.lock_timeout_s,
+                "source": self.source_name, "attempts": 0, **extra}
 
     def park_doomed(self, limits: Sequence[TopicLimits], limit: int) -> list[Parked]:
         """Park what the claim window of each topic holds that can never be sent."""

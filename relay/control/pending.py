@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from relay.control.db import Database
+from relay.control.locks import held_by
 
 # Distinct topics by a loose index scan over (topic, id): one index probe per topic
 # instead of a scan of the whole queue. `bound` limits it to rows with id <= bound.
-PENDING_TOPICS = """
+PENDING_TOPICS = f"""
 WITH RECURSIVE t AS (
     (SELECT topic FROM kafka_messages ORDER BY topic LIMIT 1)
     UNION ALL
@@ -20,10 +21,7 @@ WITH RECURSIVE t AS (
 )
 SELECT t.topic,
        CASE
-         WHEN i.locked_by IS NOT NULL
-              AND coalesce(i.locked_at, '-infinity')
-                  >= now() AT TIME ZONE 'UTC' - make_interval(secs => %(timeout)s)
-           THEN 'locked'
+         WHEN {held_by("i.locked_by")} THEN 'locked'
          WHEN i.error
               AND coalesce(i.next_retry_at, i.locked_at + interval '60 seconds', '-infinity')
                   > now() AT TIME ZONE 'UTC'
@@ -70,7 +68,7 @@ class TopicFilter:
 def pending_topics(
     db: Database, lock_timeout_s: float, topic_filter: TopicFilter, bound: int | None = None
 ) -> list[TopicState]:
-    rows = db.all(PENDING_TOPICS, {"timeout": lock_timeout_s, "bound": bound or 2**63 - 1})
+    rows = db.all(PENDING_TOPICS, {"lock_timeout_s": lock_timeout_s, "bound": bound or 2**63 - 1})
     return [
         TopicState(
             topic=r["topic"],

@@ -27,7 +27,7 @@ def jdbc_options(pg: PostgresConfig) -> dict[str, str]:
         "sslmode": pg.sslmode,
         "fetchsize": str(pg.fetch_size),
         "connectTimeout": str(pg.connect_timeout_s),
-        "options": f"-c statement_timeout={pg.statement_timeout_ms} -c TimeZone=UTC",
+        "options": f"-c statement_timeout={pg.read_statement_timeout_ms} -c TimeZone=UTC",
         "ApplicationName": "outbox-relay-reader",
         # Binary transfer from the first execution: without it pgjdbc sends bytea as hex
         # text until a statement ran 5 times, which a one-shot Spark read never does. On

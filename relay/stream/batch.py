@@ -2,7 +2,8 @@
 
 lock → validate → park what can never be sent (park policy) → claim → one JDBC read
 and Kafka write for all topics → delete and stage the ledger in one transaction →
-release, or register the error with backoff.
+release, or register the error with backoff. The heartbeat renews the locks from the
+lock to the delete.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class BatchProcessor:
         self.stats = RelayStats()
         settings = relay.config.relay
         self._filter = TopicFilter(settings.include_topics, settings.exclude_topics)
-        self._parking = Parking(relay.db, relay.token, settings.source_name, settings.header_prefix)
+        self._parking = Parking(relay.db, relay.token, settings.lock_timeout_s,
+                                settings.source_name, settings.header_prefix)
         self._delivery = Delivery(relay, self._parking)
         self._topic_meta = TopicMeta(relay.db)
         # The error that ended a batch body, if one did: the runner tells it apart from
@@ -87,12 +89,22 @@ class BatchProcessor:
         self.stats.batches += 1
         errors: dict[str, str] = {}
         acknowledged: list[Claim] = []
+        self._delivery.new_batch()
+        beat = Heartbeat(self.relay.heartbeat_locks, locked, settings.heartbeat_interval_s,
+                         self._jvm_alive, on_lost=self._delivery.lock_lost)
         try:
-            limits, counts, doomed = self._validate(locked, errors)
-            self._park_doomed(limits, doomed, errors)
-            if limits and not self.stop.requested:
-                acknowledged = self._claim_and_send(limits, counts, locked, errors)
+            with beat:
+                limits, counts, doomed = self._validate(locked, errors)
+                # A topic whose lock was lost gets no more work; the fenced SQL would
+                # refuse it anyway.
+                self._park_doomed([t for t in limits if t.topic not in beat.lost],
+                                  {t: r for t, r in doomed.items() if t not in beat.lost}, errors)
+                limits = [t for t in limits if t.topic not in beat.lost]
+                if limits and not self.stop.requested:
+                    acknowledged = self._claim_and_send(limits, counts, errors)
         finally:
+            # The heartbeat renewed up to here; finish's first statement row-locks the
+            # topics still held, so nobody can take them over until it commits.
             self._finish(locked, acknowledged, errors)
 
     def _validate(
@@ -181,7 +193,6 @@ class BatchProcessor:
         self,
         limits: list[TopicLimits],
         counts: dict[str, int],
-        locked: list[str],
         errors: dict[str, str],
     ) -> list[Claim]:
         settings = self.relay.config.relay
@@ -193,9 +204,7 @@ class BatchProcessor:
         sessions = batch.sessions
         if not sessions or batch.batch_id is None:
             return []
-        with Heartbeat(self.relay.heartbeat_locks, locked, settings.heartbeat_interval_s,
-                       self._jvm_alive):
-            outcome = self._delivery.deliver(batch.batch_id, sessions, counts)
+        outcome = self._delivery.deliver(batch.batch_id, sessions, counts)
         errors.update(outcome.errors)
         for topic, n in outcome.parked.items():
             self.stats.parked[topic] += n

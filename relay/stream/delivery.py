@@ -65,6 +65,12 @@ class Delivery:
             threading.Thread(target=self._cancel, args=(flight[0],), daemon=True,
                              name="relay-cancel-write").start()
 
+    def new_batch(self) -> None:
+        """A loss the heartbeat reported after the last deliver() returned belongs to that
+        batch, whose finish has fenced it already: it must not drop the topic again."""
+        with self._guard:
+            self._lost.clear()
+
     def _cancel(self, tag: str) -> None:
         """Cancels the write tagged `tag` until it has ended: Spark cancels only the jobs
         already submitted, and the write may not have submitted its job yet."""

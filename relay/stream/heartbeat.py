@@ -1,4 +1,4 @@
-"""Renews the topic locks while a long write runs, and dies with the Spark application."""
+"""Renews the topic locks over a whole batch body, and dies with the Spark application."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 class Heartbeat:
     """A context manager: a daemon thread renews `topics` every `interval_s` seconds.
 
+    A topic whose lock is found taken or lapsed is reported once, from the heartbeat
+    thread, to `on_lost`, so a write in flight for it can be cancelled within one interval.
     It stops renewing as soon as the JVM stops answering (`jvm_alive`) or the process
     that started this driver is gone, so an orphaned Python driver lets its locks expire.
     """
@@ -27,15 +29,26 @@ class Heartbeat:
         topics: Collection[str],
         interval_s: float,
         jvm_alive: Callable[[], bool],
+        on_lost: Callable[[set[str]], None],
     ) -> None:
         self._locks = locks
         self._topics = set(topics)
         self._interval_s = interval_s
         self._jvm_alive = jvm_alive
+        self._on_lost = on_lost
         self._parent = os.getppid()
         self._done = threading.Event()
+        # Held while a loss is recorded and reported: stop() takes it, so no report
+        # follows stop() (after it, the release makes every topic look lost).
+        self._report = threading.Lock()
+        self._lost: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="relay-heartbeat", daemon=True)
-        self.lost: set[str] = set()
+
+    @property
+    def lost(self) -> frozenset[str]:
+        """The topics found lost so far; the batch body does no more work for them."""
+        with self._report:
+            return frozenset(self._lost)
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
@@ -47,7 +60,12 @@ class Heartbeat:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._done.set()
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop renewing. Returns once no loss can be reported any more."""
+        with self._report:
+            self._done.set()
         self._thread.join(timeout=self._interval_s + 5)
 
     def _orphaned(self) -> bool:
@@ -58,14 +76,19 @@ class Heartbeat:
             if self._orphaned():
                 log.error("heartbeat: the Spark application is gone; letting locks expire")
                 return
+            renewing = self._topics - self.lost
+            if not renewing:
+                return
             try:
-                held = self._locks.heartbeat(self._topics)
+                held = self._locks.heartbeat(renewing)
             except RelayError as exc:
                 log.warning("heartbeat failed, will retry: %s", exc)
                 continue
-            newly_lost = self._topics - held - self.lost
-            if newly_lost:
-                log.warning(
-                    "lock lost for topics %s; their rows will not be deleted", sorted(newly_lost)
-                )
-                self.lost |= newly_lost
+            with self._report:
+                newly_lost = renewing - held
+                if self._done.is_set() or not newly_lost:
+                    continue
+                log.warning("lock lost for topics %s: no more work on them in this batch",
+                            sorted(newly_lost))
+                self._lost |= newly_lost
+                self._on_lost(set(newly_lost))

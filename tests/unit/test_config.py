@@ -102,3 +102,83 @@ def test_json_round_trip_finds_a_password_given_inside_the_url() -> None:
     again = from_json_without_secrets(text, env=env)
     assert again.postgres.password is not None
     assert again.postgres.password.get_secret_value() == "pw-in-url"
+
+
+# Fencing (issue 8, item 2.6): the timeouts must let the heartbeat keep the lock.
+def test_default_timeouts_fit_the_lock_timeout() -> None:
+    config = build_config({}, env={})
+    lock_ms = config.relay.lock_timeout_s * 1000
+    assert 0 < config.postgres.statement_timeout_ms < lock_ms
+    assert config.relay.heartbeat_interval_s * 3 <= config.relay.lock_timeout_s
+
+
+def test_local_profile_timeouts_fit_the_lock_timeout() -> None:
+    config = load_config(REPO / "conf" / "local.toml", env={})
+    assert config.postgres.statement_timeout_ms < config.relay.lock_timeout_s * 1000
+
+
+def test_unset_statement_timeout_follows_a_short_lock_timeout() -> None:
+    config = build_config({"relay": {"lock_timeout_s": 6, "heartbeat_interval_s": 2}}, env={})
+    assert config.postgres.statement_timeout_ms == 3000
+
+
+@pytest.mark.parametrize(
+    ("data", "keys"),
+    [
+        ({"postgres": {"statement_timeout_ms": 120_000}},
+         ("postgres.statement_timeout_ms", "relay.lock_timeout_s")),
+        ({"postgres": {"statement_timeout_ms": 55_000}},
+         ("postgres.statement_timeout_ms", "relay.heartbeat_interval_s")),
+        ({"postgres": {"statement_timeout_ms": 0}}, ("postgres.statement_timeout_ms",)),
+        ({"relay": {"heartbeat_interval_s": 30}},
+         ("relay.heartbeat_interval_s", "relay.lock_timeout_s")),
+        ({"relay": {"lock_timeout_s": 10}},
+         ("relay.heartbeat_interval_s", "relay.lock_timeout_s")),
+    ],
+)
+def test_timeouts_that_let_a_lock_lapse_are_refused(
+    data: dict[str, object], keys: tuple[str, ...]
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_config(data, env={})
+    assert err.value.exit_code == 2
+    assert str(err.value).startswith("invalid config key ")
+    assert "\n" not in str(err.value)
+    for key in keys:
+        assert key in str(err.value)
+
+
+def test_the_executors_read_has_its_own_statement_timeout() -> None:
+    from relay.data.read import jdbc_options
+
+    pg = build_config({"postgres": {"read_statement_timeout_ms": 300_000}}, env={}).postgres
+    assert "statement_timeout=300000" in jdbc_options(pg)["options"]
+    assert pg.statement_timeout_ms != 300_000
+
+
+# Item 2.7: the producer's delivery guarantees are not pass-through options.
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("acks", "1"),
+        ("acks", "all"),
+        ("ACKS", "0"),
+        ("kafka.acks", "1"),
+        (" acks ", "1"),
+        ("enable.idempotence", "false"),
+        ("Enable.Idempotence", "true"),
+        ("max.in.flight.requests.per.connection", "10"),
+        ("MAX.IN.FLIGHT.REQUESTS.PER.CONNECTION", "1"),
+    ],
+)
+def test_java_options_may_not_override_delivery_guarantees(key: str, value: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_config({"kafka": {"java_options": {key: value}}}, env={})
+    assert err.value.exit_code == 2
+    assert f"kafka.java_options.{key}" in str(err.value)
+
+
+def test_other_java_options_pass_through() -> None:
+    options = {"security.protocol": "SASL_SSL", "client.id": "relay"}
+    kafka = build_config({"kafka": {"java_options": options}}, env={}).kafka
+    assert kafka.java_options == options
