@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +25,13 @@ from pydantic import (
     model_validator,
 )
 
+from relay.config_checks import (
+    at_most_bytes,
+    check_lock_timeouts,
+    check_regex,
+    keep_delivery_guarantees,
+    resolve_env_ref,
+)
 from relay.errors import ConfigError
 
 ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
@@ -112,17 +118,12 @@ class KafkaConfig(_Model):
     @field_validator("java_options", "librdkafka_options")
     @classmethod
     def _resolve_env_refs(cls, value: dict[str, str]) -> dict[str, str]:
-        return {k: _resolve_env_ref(k, v) for k, v in value.items()}
+        return {k: resolve_env_ref(k, v) for k, v in value.items()}
 
     @field_validator("java_options")
     @classmethod
     def _keep_delivery_guarantees(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if _java_option_name(key) in GUARANTEED_JAVA_OPTIONS:
-                raise ValueError(f"kafka.java_options.{key}: the relay sets "
-                                 f"{_java_option_name(key)} itself for its delivery guarantees "
-                                 "(per-key order, no duplicates on retry); remove it")
-        return value
+        return keep_delivery_guarantees(value)
 
 
 class LedgerConfig(_Model):
@@ -141,7 +142,7 @@ class TopicRule(_Model):
     @field_validator("match")
     @classmethod
     def _valid_regex(cls, value: str) -> str:
-        return _check_regex(value)
+        return check_regex(value)
 
 
 # Both travel in every record's reserved headers, which the size check must count: capped,
@@ -171,17 +172,17 @@ class RelaySettings(_Model):
     @field_validator("include_topics", "exclude_topics")
     @classmethod
     def _valid_regexes(cls, value: list[str]) -> list[str]:
-        return [_check_regex(v) for v in value]
+        return [check_regex(v) for v in value]
 
     @field_validator("source_name")
     @classmethod
     def _short_source_name(cls, value: str) -> str:
-        return _at_most_bytes(value, MAX_SOURCE_NAME_BYTES)
+        return at_most_bytes(value, MAX_SOURCE_NAME_BYTES)
 
     @field_validator("header_prefix")
     @classmethod
     def _short_header_prefix(cls, value: str) -> str:
-        return _at_most_bytes(value, MAX_HEADER_PREFIX_BYTES)
+        return at_most_bytes(value, MAX_HEADER_PREFIX_BYTES)
 
 
 class SparkSettings(_Model):
@@ -217,63 +218,9 @@ class Config(_Model):
 
     @model_validator(mode="after")
     def _timeouts_keep_the_lock(self) -> Config:
-        """The heartbeat must renew a lock before it lapses, by the database's clock.
-
-        A third of the lock timeout between renewals lets a lock survive two missed
-        renewals; a renewal that hangs is cut off by the statement timeout and retried
-        one interval later, still before the lock lapses.
-        """
-        lock_s, beat_s = self.relay.lock_timeout_s, self.relay.heartbeat_interval_s
-        statement_ms = self.postgres.statement_timeout_ms
-        if beat_s * 3 > lock_s:
-            raise ValueError(
-                f"relay.heartbeat_interval_s: {beat_s:g} s must be at most a third of "
-                f"relay.lock_timeout_s ({lock_s:g} s), so a lock survives two missed renewals"
-            )
-        if statement_ms / 1000 + beat_s >= lock_s:
-            raise ValueError(
-                f"postgres.statement_timeout_ms: {statement_ms} ms plus "
-                f"relay.heartbeat_interval_s ({beat_s:g} s) must stay below "
-                f"relay.lock_timeout_s ({lock_s:g} s), so a renewal that hangs is cut off "
-                "and retried before the lock lapses"
-            )
+        check_lock_timeouts(self.relay.lock_timeout_s, self.relay.heartbeat_interval_s,
+                            self.postgres.statement_timeout_ms)
         return self
-
-
-# Producer settings the relay's guarantees rest on (sink.producer_options sets them).
-# Kafka's names are case-sensitive, but Spark lower-cases its `kafka.` options.
-GUARANTEED_JAVA_OPTIONS = frozenset(
-    {"acks", "enable.idempotence", "max.in.flight.requests.per.connection"}
-)
-
-
-def _java_option_name(key: str) -> str:
-    """The producer setting a java_options key reaches, as Spark's sink passes it on."""
-    name = key.strip().lower()
-    return name.removeprefix("kafka.")
-
-
-def _at_most_bytes(value: str, limit: int) -> str:
-    if len(value.encode()) > limit:
-        raise ValueError(f"must be at most {limit} bytes in UTF-8")
-    return value
-
-
-def _check_regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"invalid regular expression {value!r}: {exc}") from exc
-    return value
-
-
-def _resolve_env_ref(key: str, value: str) -> str:
-    if not value.startswith("env:"):
-        return value
-    name = value[4:]
-    if name not in os.environ:
-        raise ValueError(f"{key} names environment variable {name}, which is not set")
-    return os.environ[name]
 
 
 def _set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
