@@ -2,7 +2,9 @@
 
 Bisection over the session's ids in id order: a prefix that goes through is delivered
 (and later deleted), a prefix that fails holds the culprit. n messages cost about
-log2(n) re-sends, and only healthy messages before the culprit are ever sent twice.
+log2(n) re-sends. Every send that goes through lies wholly before the culprit, so what is
+delivered is a prefix in id order; a failing send may hold messages after the culprit,
+which the broker refused with it (they stay, and go again after the culprit is settled).
 """
 
 from __future__ import annotations
