@@ -193,6 +193,13 @@ class SparkSettings(_Model):
     resolve_packages: bool = True
     conf: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("master")
+    @classmethod
+    def _empty_master_is_unset(cls, value: str | None) -> str | None:
+        # TOML has no null: `master = ""` leaves the master to the cluster (Databricks),
+        # where omitting the key would mean the local default.
+        return value or None
+
 
 class Config(_Model):
     postgres: PostgresConfig = PostgresConfig()

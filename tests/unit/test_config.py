@@ -182,3 +182,9 @@ def test_other_java_options_pass_through() -> None:
     options = {"security.protocol": "SASL_SSL", "client.id": "relay"}
     kafka = build_config({"kafka": {"java_options": options}}, env={}).kafka
     assert kafka.java_options == options
+
+
+def test_an_empty_spark_master_is_unset_and_an_omitted_one_local() -> None:
+    # TOML has no null: a cluster profile (conf/databricks.toml) writes `master = ""`.
+    assert build_config({"spark": {"master": ""}}, env={}).spark.master is None
+    assert build_config({}, env={}).spark.master == "local[2]"
