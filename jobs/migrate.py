@@ -1,0 +1,21 @@
+"""Entry point for `spark-submit jobs/migrate.py --config conf/<profile>.toml`.
+
+The same as `outbox-relay --config ... migrate`; the Databricks bundle runs it as the
+task before the relay, which refuses a stale schema. It runs from the synced source
+tree (not the installed wheel) because the migrations are the `schemas/` files beside it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Under spark-submit the project may not be installed; make the package importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from relay.cli import main
+
+COMMAND = "migrate"
+
+if __name__ == "__main__":
+    sys.exit(main([*sys.argv[1:], COMMAND]))
