@@ -13,6 +13,19 @@ import re
 GUARANTEED_JAVA_OPTIONS = frozenset(
     {"acks", "enable.idempotence", "max.in.flight.requests.per.connection"}
 )
+# Producer settings the relay derives from its own: an override would leave the driver
+# checking against one value while the producer uses another (the size check reads the
+# codec and max.request.size), so each has one place, the setting named here.
+OWNED_JAVA_OPTIONS = {
+    "bootstrap.servers": "kafka.bootstrap_servers",
+    "max.request.size": "kafka.max_request_size",
+    "compression.type": "kafka.compression_type",
+    "delivery.timeout.ms": "kafka.delivery_timeout_ms",
+    "max.block.ms": "kafka.delivery_timeout_ms",
+    "request.timeout.ms": "kafka.request_timeout_ms",
+    "linger.ms": "kafka.linger_ms",
+    "batch.size": "kafka.batch_size",
+}
 
 
 def java_option_name(key: str) -> str:
@@ -23,10 +36,14 @@ def java_option_name(key: str) -> str:
 
 def keep_delivery_guarantees(options: dict[str, str]) -> dict[str, str]:
     for key in options:
-        if java_option_name(key) in GUARANTEED_JAVA_OPTIONS:
-            raise ValueError(f"kafka.java_options.{key}: the relay sets "
-                             f"{java_option_name(key)} itself for its delivery guarantees "
-                             "(per-key order, no duplicates on retry); remove it")
+        name = java_option_name(key)
+        if name in GUARANTEED_JAVA_OPTIONS:
+            raise ValueError(f"kafka.java_options.{key}: the relay sets {name} itself for "
+                             "its delivery guarantees (per-key order, no duplicates on "
+                             "retry); remove it")
+        if name in OWNED_JAVA_OPTIONS:
+            raise ValueError(f"kafka.java_options.{key}: set {OWNED_JAVA_OPTIONS[name]} "
+                             f"instead (the relay derives {name} from it)")
     return options
 
 

@@ -178,6 +178,18 @@ def test_java_options_may_not_override_delivery_guarantees(key: str, value: str)
     assert f"kafka.java_options.{key}" in str(err.value)
 
 
+@pytest.mark.parametrize(("key", "setting"), [
+    ("compression.type", "kafka.compression_type"),
+    ("kafka.max.request.size", "kafka.max_request_size"),
+    ("Linger.Ms", "kafka.linger_ms"),
+    ("bootstrap.servers", "kafka.bootstrap_servers"),
+])
+def test_java_options_may_not_override_what_the_relay_derives(key: str, setting: str) -> None:
+    # The size check reads the codec and max.request.size from the relay's own settings.
+    with pytest.raises(ConfigError, match=f"kafka.java_options.{key}: set {setting} instead"):
+        build_config({"kafka": {"java_options": {key: "x"}}}, env={})
+
+
 def test_other_java_options_pass_through() -> None:
     options = {"security.protocol": "SASL_SSL", "client.id": "relay"}
     kafka = build_config({"kafka": {"java_options": options}}, env={}).kafka
