@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from relay.config import build_config
 from relay.control.db import Database
+from relay.exit_codes import ExitCode
 from relay.ledger.delta import Ledger
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
@@ -223,5 +224,6 @@ def test_ledger_show_answers_from_the_command_line(
     capsys.readouterr()
     assert cli(["--config", profile, "ledger", "show", "--topic", topic, "--id", str(second)]) == 0
     assert "(delta)" in capsys.readouterr().out
-    assert cli(["--config", profile, "ledger", "show", "--topic", topic, "--id", "999999"]) == 1
+    assert cli(["--config", profile, "ledger", "show", "--topic", topic, "--id", "999999"]) \
+        == ExitCode.NOT_FOUND
     assert "no record" in capsys.readouterr().out
