@@ -9,6 +9,7 @@ whole. Healthy topics flow regardless.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -142,7 +143,8 @@ class PoisonFigures:
 
 def check(url: str, outbox: Outbox, records: list[Any], cases: Sequence[Case], exp: Expected,
           source_name: str, ledger: list[tuple[str, int, str]] | None,
-          batch_size: int, broker_only: Collection[str] = ()) -> PoisonFigures:
+          batch_size: int, broker_only: Collection[str] = (),
+          topics_per_write: int = 1) -> PoisonFigures:
     """Everything the policies promise, as a list of broken promises (empty: all kept).
 
     On `broker_only` topics the broker refuses the poison inside a write, so a later
@@ -167,10 +169,14 @@ def check(url: str, outbox: Outbox, records: list[Any], cases: Sequence[Case], e
     # A blocked topic waits: its retries must not keep appending what follows the poison.
     # What the broker refuses fails a write whose later produce batches may be in: the
     # write itself, its topic's re-send alone, and the bisection's failing halves (n/2 +
-    # n/4 + ...) append at most three claims; a retry sends the head alone.
+    # n/4 + ...) append at most three claims; a retry sends the head alone. And a write
+    # that fails for another topic's poison is narrowed down by bisection over the topics
+    # of that write: a healthy prefix rides along in each failing half, one claim per
+    # level, log2 of the topics in the write.
+    levels = math.ceil(math.log2(max(topics_per_write, 1)))
     for c in cases:
         extra = v.duplicates_by_topic.get(c.topic, 0)
-        bound = batch_size * (3 if c.topic in broker_only else 1)
+        bound = batch_size * ((3 if c.topic in broker_only else 1) + levels)
         if c.policy == "block" and extra > bound:
             problems.append(f"blocked topic {c.topic!r} ({c.what}): {extra} duplicate records, "
                             f"more than the bound of {bound}; retries re-append")

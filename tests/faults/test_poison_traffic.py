@@ -140,8 +140,9 @@ def test_poison_is_parked_or_blocks_its_topic_while_healthy_traffic_flows(
     mine = set(run.healthy) | {c.topic for c in cases}
     records = [r for r in run.records if r.topic in mine]
     broker_only = {c.topic for c in cases} if caught == "by the broker" else set()
+    every_topic = len(run.healthy) + sum(len(run.cases[kind]) for kind in KINDS)
     result = check(run.url, run.outbox, records, cases, exp, "fault-poison", run.ledger,
-                   run.config.relay.batch_size, broker_only)
+                   run.config.relay.batch_size, broker_only, topics_per_write=every_topic)
     scenario.update(
         result.figures,
         written=sum(1 for w in run.outbox.written.values() if w.msg.topic in mine),

@@ -84,10 +84,12 @@ def test_one_poison_topic_among_many_is_found_in_log_n_writes(
     copies = Counter(r.outbox_id for r in got)
     assert set(copies) == set(ids) - {poison}, "every healthy message delivered"
     copies = Counter(r.outbox_id for r in got if r.topic != bad)  # bad: isolation's part
-    # A failed write still delivers the healthy topics in it: with the name, the one
-    # write of the others is the only extra copy; bisection adds one per failed half.
-    extra = 1 if hint == "named" else math.ceil(math.log2(TOPICS))
-    assert max(copies.values()) <= 1 + extra, copies.most_common(3)
+    # A failed write still delivers the healthy topics in it: bisection adds one copy per
+    # failed half a topic rode in. With the name, the one write of the others is the only
+    # extra copy; but which record's error the write reports first is the producer's
+    # choice (the bad record's names its topic-partition, its neighbours' don't), so the
+    # name is a hint and the bound is the bisection's. The unit tests pin the hint's use.
+    assert max(copies.values()) <= 1 + math.ceil(math.log2(TOPICS)), copies.most_common(3)
 
 
 # Per record of the topic whose lock is stolen: 120 records over 2 tasks take 30 s.
