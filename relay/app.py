@@ -9,7 +9,8 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from relay.config import Config, load_config
+from relay.config import Config
+from relay.config_load import load_config
 from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import discover

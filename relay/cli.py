@@ -8,7 +8,8 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from relay.config import Config, load_config
+from relay.config import Config
+from relay.config_load import load_config
 from relay.errors import RelayError
 from relay.exit_codes import ExitCode
 from relay.stack.proc import StackError

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from relay.config import load_config
+from relay.config_load import load_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.streaming.query import StreamingQuery
 
-from relay.config import to_json_without_secrets
+from relay.config_load import to_json_without_secrets
 from relay.control.pending import TopicFilter, TopicState, max_id, pending_topics
 from relay.errors import RelayError
 from relay.exit_codes import ExitCode

@@ -31,7 +31,8 @@ import psycopg2.extras
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from relay.config import Config, build_config
+from relay.config import Config
+from relay.config_load import build_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
 from relay.data.partitioning import partitioning_key

@@ -17,7 +17,7 @@ from databricks.bundles.jobs import Job
 
 from relay.app import parser
 from relay.cli import build_parser
-from relay.config import PASSWORD_ENV, load_config
+from relay.config_load import PASSWORD_ENV, load_config
 from relay.packages import SPARK_PACKAGES
 from relay.spark import REDACTION_REGEX
 

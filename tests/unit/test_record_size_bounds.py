@@ -8,7 +8,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from relay.config import ConfigError, build_config
+from relay.config_load import build_config
 from relay.control.record_size import (
     BATCH_HEADER,
     compressed_bound,
@@ -17,6 +17,7 @@ from relay.control.record_size import (
     reserved_header_bytes,
     varint_size,
 )
+from relay.errors import ConfigError
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
