@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
-import traceback
 from collections.abc import Sequence
 
 from relay.config import Config
@@ -14,8 +12,7 @@ from relay.config_load import load_config
 from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import discover
-from relay.errors import ConfigError, RelayError
-from relay.exit_codes import ExitCode
+from relay.errors import ConfigError, RelayError, exit_code_of
 from relay.packages import SPARK_PACKAGES, spark_packages_conf
 from relay.stream.runner import RunResult
 
@@ -135,12 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = run(relay, args.available_now, stop)
         finally:
             relay.close()
-    except RelayError as exc:
-        print(f"outbox-relay: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except Exception:
-        # Uncaught, Python would exit 1, the code of "topics left over".
-        traceback.print_exc()
-        return ExitCode.DEFECT
+    except Exception as exc:
+        return exit_code_of(exc)
     print_summary(result)
     return result.exit_code

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 
 from relay.config import Config
 from relay.config_load import load_config
-from relay.errors import RelayError
+from relay.errors import exit_code_of
 from relay.exit_codes import ExitCode
 from relay.stack.proc import StackError
 
@@ -118,16 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.fn(args)
         return code
-    except RelayError as exc:
-        print(f"outbox-relay: {exc}", file=sys.stderr)
-        return exc.exit_code
     except StackError as exc:
         print(f"outbox-relay: {exc}", file=sys.stderr)
         return ExitCode.STACK_FAILED
-    except Exception:
-        # An uncaught exception would exit 1, the code of "topics left over".
-        traceback.print_exc()
-        return ExitCode.DEFECT
+    except Exception as exc:
+        return exit_code_of(exc)
 
 
 if __name__ == "__main__":

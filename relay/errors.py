@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import traceback
+
 from relay.exit_codes import ExitCode
 
 
@@ -45,3 +48,14 @@ class MigrationError(RelayError):
     """A schema migration failed or the schema is in an unexpected state."""
 
     exit_code = ExitCode.MIGRATION_FAILED
+
+
+def exit_code_of(exc: Exception) -> ExitCode:
+    """Reports what ended a command: one line for an error of the relay, the traceback for
+    anything else. That is a defect, and Python's own exit 1 would read as "topics left
+    over" to a scheduler."""
+    if isinstance(exc, RelayError):
+        print(f"outbox-relay: {exc}", file=sys.stderr)
+        return exc.exit_code
+    traceback.print_exc()
+    return ExitCode.DEFECT
