@@ -9,7 +9,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test]'
+	$(VENV)/bin/pip install --quiet -e '.[spark,local,test]'
 	touch $@
 
 # Local stack (embedded PostgreSQL + a Kafka broker), schema, demo outbox, drain, summary.

@@ -37,10 +37,22 @@ def base_conf(config: Config) -> dict[str, str]:
     return conf
 
 
+def submitted_master() -> str | None:
+    """The master spark-submit was given (its default is local[*]); None outside spark-submit."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return SparkConf().get("spark.master")
+
+
 def build_session(config: Config) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(config.spark.app_name)
-    if config.spark.master:
+    # The command line is more specific than the profile: `spark-submit --master
+    # spark://...` runs on that cluster even when the profile names local[2].
+    if config.spark.master and submitted_master() is None:
         builder = builder.master(config.spark.master)
     for key, value in base_conf(config).items():
         builder = builder.config(key, value)
