@@ -10,6 +10,8 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[spark,local,test]'
+	# The Spark packages, once, into the user's cache and the venv's spark-defaults.conf.
+	$(VENV)/bin/outbox-relay jars --install
 	touch $@
 
 # Local stack (embedded PostgreSQL + a Kafka broker), schema, demo outbox, drain, summary.

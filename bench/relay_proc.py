@@ -22,7 +22,6 @@ from typing import Any
 
 from bench.procs import gc_summary, kill_group, relay_driver, signal_group, status_kb
 from relay.config import Config
-from relay.packages import spark_packages_conf
 from tests.integration.process import write_profile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,12 +99,10 @@ def launch(
     config: Config,
     run_dir: Path,
     *args: str,
-    packages: bool = True,
     driver_memory: str = DRIVER_MEMORY,
     extra_env: dict[str, str] | None = None,
 ) -> RelayProcess:
-    """Start the relay in its own process group; `packages` passes --packages up front
-    (otherwise the job relaunches its driver once to resolve them itself)."""
+    """Start the relay in its own process group (its jars come from spark-defaults.conf)."""
     gc_dir = run_dir / "gc"
     shutil.rmtree(gc_dir, ignore_errors=True)
     gc_dir.mkdir(parents=True)
@@ -122,8 +119,6 @@ def launch(
     submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent))
     assert submit, "spark-submit comes with pyspark"
     cmd = [submit, "--driver-memory", driver_memory, "--driver-java-options", java_opts]
-    if packages:
-        cmd += ["--packages", spark_packages_conf()]
     cmd += [str(REPO / "jobs" / "relay.py"), "--config", str(profile), *args]
     log = run_dir / "relay.log"
     env = {"PYSPARK_PYTHON": sys.executable, "PATH": _path(), **(extra_env or {})}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 from relay.config import Config
 from relay.config_load import load_config
@@ -13,7 +15,12 @@ from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import discover
 from relay.errors import ConfigError, RelayError, exit_code_of
-from relay.packages import SPARK_PACKAGES, spark_packages_conf
+from relay.spark_jars import (
+    cached_jars,
+    has_relay_jars,
+    install_spark_defaults,
+    own_spark_conf_dir,
+)
 from relay.stream.runner import RunResult
 
 log = logging.getLogger("relay")
@@ -52,27 +59,31 @@ def preflight(config: Config) -> None:
     KafkaAdmin(config.kafka).check_reachable()
 
 
-def relaunch_without_spark_submit_if_needed(config: Config) -> int | None:
-    """spark-submit started the driver JVM without our packages: relaunch as plain Python,
-    and return the relaunched driver's exit code (None: no relaunch needed).
+def resubmit_with_jars_if_needed(config: Config) -> int | None:
+    """Under a spark-submit whose driver JVM lacks the relay's jars (first use, before
+    `outbox-relay jars --install`): install them for the next start when this Spark is
+    the venv's own, and run this once more as a spark-submit that has them. Returns that
+    run's exit code; None when nothing was missing."""
+    from relay.spark import submitted_master
 
-    Plain Python lets pyspark start a JVM with spark.jars.packages from relay.packages,
-    so `spark-submit jobs/relay.py` works without repeating the package list. Passing
-    `--packages "$(outbox-relay packages)"` avoids this hop.
-    """
-    if not config.spark.resolve_packages or not os.environ.get("PYSPARK_GATEWAY_PORT"):
+    if not config.spark.resolve_packages or submitted_master() is None:
         return None
     from pyspark import SparkConf, SparkContext
 
-    SparkContext._ensure_initialized()
-    jvm_conf = SparkConf()
-    present = (jvm_conf.get("spark.jars.packages") or "") + (jvm_conf.get("spark.jars") or "")
-    if all(pkg.split(":")[1] in present for pkg in SPARK_PACKAGES):
+    conf = SparkConf()
+    if has_relay_jars(conf.get("spark.jars"), conf.get("spark.jars.packages")):
         return None
-    log.info("spark-submit lacks %s; relaunching the driver to resolve them", spark_packages_conf())
-    from relay.launcher import Launcher
+    jars = [str(j) for j in cached_jars()]
+    hint = "`outbox-relay jars --install` writes them into spark-defaults.conf"
+    if own_spark_conf_dir():
+        hint = f"installed into {install_spark_defaults()} for later starts"
+    log.warning("spark-submit started without the relay's jars: running it once more with "
+                "them (%s)", hint)
+    from relay.launcher import Launcher, resubmit_argv
 
-    return Launcher(SparkContext._jvm, SparkContext._gateway).run()
+    with tempfile.TemporaryDirectory(prefix="outbox-relay-") as tmp:
+        argv = resubmit_argv(conf.getAll(), jars, Path(tmp) / "spark.properties")
+        return Launcher(SparkContext._jvm, SparkContext._gateway).run(argv)
 
 
 def print_summary(result: RunResult) -> None:
@@ -116,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop.install()
     try:
         config = load_config(args.config)
-        relaunched = relaunch_without_spark_submit_if_needed(config)
+        relaunched = resubmit_with_jars_if_needed(config)
         if relaunched is not None:
             return relaunched
         preflight(config)

@@ -38,6 +38,16 @@ def _cmd_packages(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _cmd_jars(args: argparse.Namespace) -> int:
+    from relay.spark_jars import cached_jars, install_spark_defaults
+
+    if args.install:
+        print(f"spark.jars written to {install_spark_defaults()}")
+    else:
+        print(",".join(str(j) for j in cached_jars()))
+    return ExitCode.OK
+
+
 def _cmd_ledger(args: argparse.Namespace) -> int:
     from relay.control.db import Database
     from relay.ledger.delta import Ledger
@@ -94,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["stack"].set_defaults(fn=stack_cli.run)
     sub.add_parser("migrate", help="apply the schema (idempotent)").set_defaults(fn=_cmd_migrate)
     sub.add_parser("packages", help="print the Spark packages").set_defaults(fn=_cmd_packages)
+    jars = sub.add_parser(
+        "jars", help="print the cached jars of the Spark packages (for --jars), resolving once"
+    )
+    jars.add_argument(
+        "--install", action="store_true", help="write them into Spark's spark-defaults.conf"
+    )
+    jars.set_defaults(fn=_cmd_jars)
     cli_ops.register(sub)
     run = sub.add_parser("run", help="run the relay (same as jobs/relay.py)")
     run.add_argument("rest", nargs=argparse.REMAINDER)

@@ -1,10 +1,13 @@
-"""spark-submit without our packages: its Python stays as the launcher of a fresh driver.
+"""spark-submit without the relay's jars, on first use: its Python stays as the launcher of
+a second spark-submit that has them.
 
-spark-submit's JVM cannot load packages after it started, so the driver is relaunched
-as plain Python (pyspark then starts a JVM with spark.jars.packages). Supervisors
-(Kubernetes, Docker, supervisord) signal only the pid they started, spark-submit's: its
-JVM passes TERM and INT through py4j to this launcher, which forwards them to the
-relaunched driver, and spark-submit exits with the driver's code.
+spark-submit's JVM cannot load jars after it started. Normally `spark-defaults.conf`
+brings them (`outbox-relay jars --install`, see relay.spark_jars) and this never runs.
+When it does, the second spark-submit gets this one's whole configuration (its master,
+its --conf, its py-files) plus the jars, and the same application and arguments.
+Supervisors (Kubernetes, Docker, supervisord) signal only the pid they started, this
+spark-submit's: its JVM passes TERM and INT through py4j to this launcher, which forwards
+them to the second one, and this spark-submit exits with that one's code.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -35,8 +39,8 @@ class Launcher:
         self._pending: int | None = None  # came before the driver was started
         self._lock = threading.Lock()
 
-    def run(self) -> int:
-        """Start the driver, forward stop signals to it, return its exit code."""
+    def run(self, argv: list[str]) -> int:
+        """Start `argv` (the driver), forward stop signals to it, return its exit code."""
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._on_direct_signal)
         self._install_jvm_handlers()
@@ -44,7 +48,7 @@ class Launcher:
         # The driver stops itself when spark-submit's JVM is gone (even after a SIGKILL).
         env["RELAY_WATCH_PID"] = str(os.getppid())
         with self._lock:
-            self._child = subprocess.Popen([sys.executable, *sys.argv], env=env)
+            self._child = subprocess.Popen(argv, env=env)
             pending, self._pending = self._pending, None
         if pending is not None:
             os.kill(self._child.pid, pending)
@@ -100,3 +104,27 @@ class _JvmToChild:
 
     class Java:
         implements = ["sun.misc.SignalHandler"]
+
+
+def resubmit_argv(conf: list[tuple[str, str]], jars: list[str], properties: Path) -> list[str]:
+    """A spark-submit of this same application with `conf` plus `jars` in `spark.jars`.
+
+    The configuration goes through a properties file (mode 0600: --conf values may be
+    secret), which replaces spark-defaults.conf for that run as --properties-file does.
+    """
+    merged = dict(conf)
+    merged.pop("spark.app.submitTime", None)
+    present = [j for j in merged.get("spark.jars", "").split(",") if j]
+    merged["spark.jars"] = ",".join([*present, *jars])
+    properties.touch(mode=0o600)
+    properties.write_text("".join(f"{_escape(k)}={_escape(v)}\n" for k, v in merged.items()))
+    submit = Path(os.environ.get("SPARK_HOME", "")) / "bin" / "spark-submit"
+    return [str(submit), "--properties-file", str(properties), *sys.argv]
+
+
+def _escape(text: str) -> str:
+    """java.util.Properties escaping: a value may hold '=', ':', '#' or a backslash."""
+    out = text.replace("\\", "\\\\").replace("\n", "\\n")
+    for ch in "=:#!":
+        out = out.replace(ch, "\\" + ch)
+    return out[:1].replace(" ", "\\ ") + out[1:]

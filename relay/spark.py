@@ -1,4 +1,4 @@
-"""Builds the SparkSession the relay runs in; the JVM packages come from relay.packages."""
+"""Builds the SparkSession the relay runs in; the JVM packages come from relay.spark_jars."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from relay.config import Config
-from relay.packages import spark_packages_conf
+from relay.spark_jars import cached_jars
 
 # Option and property keys whose values must never reach a log line or a plan.
 REDACTION_REGEX = r"(?i)secret|password|passwd|token|access[.]?key|jaas|credential"
@@ -17,6 +17,8 @@ REDACTION_REGEX = r"(?i)secret|password|passwd|token|access[.]?key|jaas|credenti
 def base_conf(config: Config) -> dict[str, str]:
     conf = {
         "spark.ui.enabled": "false",
+        # Spark's INFO lines would bury the relay's own; applied when the context starts.
+        "spark.log.level": "WARN",
         "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
@@ -31,9 +33,13 @@ def base_conf(config: Config) -> dict[str, str]:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
-    if config.spark.resolve_packages:
-        conf["spark.jars.packages"] = spark_packages_conf()
     conf.update(config.spark.conf)
+    if config.spark.resolve_packages and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # Outside spark-submit pyspark starts the JVM itself, with this configuration.
+        # (Under spark-submit the JVM runs already: spark-defaults.conf brought the jars,
+        # or relay.app ran it once more with them.)
+        jars = [str(j) for j in cached_jars()]
+        conf["spark.jars"] = ",".join([*jars, *filter(None, conf.get("spark.jars", "").split(","))])
     return conf
 
 
@@ -56,6 +62,4 @@ def build_session(config: Config) -> SparkSession:
         builder = builder.master(config.spark.master)
     for key, value in base_conf(config).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    return builder.getOrCreate()

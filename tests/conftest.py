@@ -8,13 +8,22 @@ from collections.abc import Iterator
 import pytest
 
 import relay.stack
+from relay.spark_jars import install_spark_defaults, own_spark_conf_dir
 from relay.stack import StackInfo
 
 pytest_plugins = ["tests.spark_session"]
 
 
 @pytest.fixture(scope="session")
-def stack() -> Iterator[StackInfo]:
+def spark_defaults() -> None:
+    """spark-submit finds the relay's jars in spark-defaults.conf, as `make setup` leaves
+    them (relay.spark_jars); a Spark that is not the venv's own is left alone."""
+    if own_spark_conf_dir():
+        install_spark_defaults()
+
+
+@pytest.fixture(scope="session")
+def stack(spark_defaults: None) -> Iterator[StackInfo]:
     """The shared local PostgreSQL + Kafka stack, started on demand.
 
     A stack that was already up (e.g. via `stack up`) is left running; one this

@@ -12,9 +12,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from relay.cache import file_lock
 from relay.stack import kafka, postgres
 from relay.stack.paths import StackPaths
-from relay.stack.proc import StackError, file_lock, pick_free_ports, port_is_free, wait_for
+from relay.stack.proc import StackError, pick_free_ports, port_is_free, wait_for
 from relay.stack.state import KafkaState, PostgresState, StackState, load_state, save_state
 
 POSTGRES_URL_ENV = "RELAY_POSTGRES_URL"

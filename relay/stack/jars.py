@@ -2,43 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
-from relay import packages
-from relay.stack.paths import cache_dir
-from relay.stack.proc import StackError, file_lock
+from relay import ivy, packages
+from relay.cache import cache_dir, file_lock
+from relay.stack.proc import StackError
 
 _MARKER = ".resolved"
 _RETRIEVE_PATTERN = "[artifact]-[revision](-[classifier]).[ext]"
-_IVY_TIMEOUT_S = 600.0
-
-
-def ivy_jar() -> Path:
-    """The Ivy jar bundled with pyspark (found by glob: its version follows Spark's)."""
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        raise StackError("pyspark is not installed; its bundled Ivy jar resolves the Kafka jars")
-    jars = Path(next(iter(spec.submodule_search_locations))) / "jars"
-    found = sorted(jars.glob("ivy-*.jar"))
-    if not found:
-        raise StackError(f"no ivy-*.jar in {jars}")
-    return found[-1]
-
-
-def java_executable() -> str:
-    """`$JAVA_HOME/bin/java` when set (the JVM Spark uses too), else `java` on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return str(Path(java_home) / "bin" / "java")
-    found = shutil.which("java")
-    if found is None:
-        raise StackError("no java executable: set JAVA_HOME or put java on PATH")
-    return found
 
 
 def split_coordinate(coordinate: str) -> tuple[str, str, str]:
@@ -103,29 +76,10 @@ def kafka_jars_dir(coordinate: str = packages.KAFKA_BROKER_ARTIFACT) -> Path:
 
 def _retrieve(coordinate: str, confs: str, target: Path, log: Path) -> None:
     group, artifact, version = split_coordinate(coordinate)
-    argv = [
-        java_executable(), "-jar", str(ivy_jar()),
-        "-dependency", group, artifact, version,
-        "-confs", confs,
-        "-cache", str(cache_dir() / "ivy"),
-        "-retrieve", str(target / _RETRIEVE_PATTERN),
-    ]  # fmt: skip
     try:
-        with log.open("a") as out:
-            result = subprocess.run(
-                argv, stdout=out, stderr=subprocess.STDOUT, timeout=_IVY_TIMEOUT_S, check=False
-            )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise StackError(f"could not resolve {coordinate}: {exc}") from exc
-    if result.returncode != 0:
-        raise StackError(f"could not resolve {coordinate}: {_ivy_reason(log)} (log: {log})")
-
-
-def _ivy_reason(log: Path) -> str:
-    """The most telling line of Ivy's output, e.g. ':: group#artifact;ver: not found'."""
-    lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
-    for line in reversed(lines):
-        if line.startswith("::") and ("not found" in line or "FAILED" in line):
-            return line.strip(": ")
-    errors = [line for line in lines if "ERROR" in line or "Exception" in line]
-    return errors[-1] if errors else "ivy exited with an error"
+        ivy.retrieve(
+            ["-dependency", group, artifact, version, "-confs", confs],
+            str(target / _RETRIEVE_PATTERN), log, coordinate,
+        )
+    except ivy.ResolveError as exc:
+        raise StackError(str(exc)) from None

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STACK_DIR_ENV = "RELAY_STACK_DIR"
-CACHE_DIR_ENV = "RELAY_CACHE_DIR"
 
 
 def repo_root() -> Path:
@@ -20,13 +19,6 @@ def default_stack_dir() -> Path:
     if configured:
         return Path(configured).expanduser().resolve()
     return repo_root() / ".relay-data" / "stack"
-
-
-def cache_dir() -> Path:
-    configured = os.environ.get(CACHE_DIR_ENV)
-    if configured:
-        return Path(configured).expanduser().resolve()
-    return Path.home() / ".cache" / "outbox-relay"
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,8 @@ import os
 import signal
 import socket
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -144,34 +143,3 @@ def failure(service: str, reason: str, *logs: Path) -> StackError:
     for log in logs:
         parts.append(f"--- last lines of {log} ---\n{tail(log)}")
     return StackError("\n".join(parts))
-
-
-# Guards the flock bookkeeping below; re-entrant so a thread holding a stack lock
-# can call another locked operation (flock on a second descriptor of the same file
-# would deadlock against ourselves).
-_THREAD_LOCK = threading.RLock()
-_HELD_LOCKS: dict[Path, int] = {}
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock across processes, so concurrent `up()` calls do not race."""
-    import fcntl
-
-    with _THREAD_LOCK:
-        if path in _HELD_LOCKS:
-            _HELD_LOCKS[path] += 1
-            try:
-                yield
-            finally:
-                _HELD_LOCKS[path] -= 1
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            _HELD_LOCKS[path] = 1
-            try:
-                yield
-            finally:
-                del _HELD_LOCKS[path]
-                fcntl.flock(handle, fcntl.LOCK_UN)

@@ -36,7 +36,6 @@ from relay.config_load import build_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
 from relay.data.partitioning import partitioning_key
-from relay.packages import spark_packages_conf
 from tests.integration.process import write_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -768,8 +767,8 @@ def _group_alive(pgid: int) -> bool:
 
 def start_relay(config: Config, workdir: Path, name: str, *, available_now: bool = False,
                 env: dict[str, str] | None = None) -> RelayProc:
-    """Start a relay with `spark-submit --packages ... jobs/relay.py`, as production does
-    (README, "Running it"), in a new process group."""
+    """Start a relay with `spark-submit jobs/relay.py`, as production does (README,
+    "Running it"; the jars come from spark-defaults.conf), in a new process group."""
     workdir.mkdir(parents=True, exist_ok=True)
     profile = write_profile(config, workdir / f"{name}.toml")
     submit = Path(sys.executable).parent / "spark-submit"
@@ -777,8 +776,7 @@ def start_relay(config: Config, workdir: Path, name: str, *, available_now: bool
     child_env = {k: v for k, v in os.environ.items() if k not in _RELAY_ENV}
     child_env.update({"PYSPARK_PYTHON": sys.executable, **(env or {})})
     log = workdir / f"{name}.log"
-    args = [str(submit), "--packages", spark_packages_conf(),
-            str(REPO / "jobs" / "relay.py"), "--config", str(profile)]
+    args = [str(submit), str(REPO / "jobs" / "relay.py"), "--config", str(profile)]
     if available_now:
         args.append("--available-now")
     with log.open("ab") as out:

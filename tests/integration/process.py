@@ -62,11 +62,25 @@ def _value(value: Any) -> str:
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
+# How spark-submit finds the relay's jars: in spark-defaults.conf (installed by `make
+# setup` and by the session, tests/conftest.py), or not at all on first use, when the
+# relay runs itself once more as a spark-submit that has them (relay.launcher).
+LAUNCH_PATHS = ("defaults", "first-use")
+
+
+def launch_env(launch: str, tmp_path: Path) -> dict[str, str]:
+    if launch == "defaults":
+        return {}
+    empty = tmp_path / "spark-conf-without-jars"
+    empty.mkdir(exist_ok=True)
+    return {"SPARK_CONF_DIR": str(empty)}
+
+
 def spark_submit(profile: Path, *args: str, env: dict[str, str] | None = None,
                  log: Path | None = None,
                  submit_args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     """Start `spark-submit [submit_args] jobs/relay.py --config profile ...` as a process
-    group leader (`submit_args` are spark-submit's own, e.g. `--packages`)."""
+    group leader (`submit_args` are spark-submit's own, e.g. `--master`)."""
     submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent))
     assert submit, "spark-submit is installed with pyspark"
     child_env = {**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})}

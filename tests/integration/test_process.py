@@ -13,7 +13,6 @@ import pytest
 
 from relay.app import print_summary
 from relay.exit_codes import ExitCode
-from relay.packages import spark_packages_conf
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_INTERRUPTED, EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
@@ -26,7 +25,14 @@ from tests.integration.helpers import (
     unique,
     wait_for,
 )
-from tests.integration.process import kill_group, signal_group, spark_submit, write_profile
+from tests.integration.process import (
+    LAUNCH_PATHS,
+    kill_group,
+    launch_env,
+    signal_group,
+    spark_submit,
+    write_profile,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -242,10 +248,9 @@ SELECT id, to_char(created_at, 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') FROM kafka_messa
 # gap (02:30 does not exist there), one in the repeated autumn hour, one on a whole second.
 AWKWARD_CREATED_AT = ("2026-03-08 02:30:00.5", "2026-11-01 01:30:00.123456",
                       "2026-07-01 12:00:00")
-LAUNCH_PATHS = {"relaunch": (), "packages": ("--packages", spark_packages_conf())}
 
 
-@pytest.mark.parametrize("launch", sorted(LAUNCH_PATHS))
+@pytest.mark.parametrize("launch", LAUNCH_PATHS)
 def test_created_at_header_is_the_rows_created_at_whatever_the_jvm_time_zone(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, tmp_path: Path,
     launch: str,
@@ -259,12 +264,16 @@ def test_created_at_header_is_the_rows_created_at_whatever_the_jvm_time_zone(
     config = make_config(topics)
     log = tmp_path / "relay.log"
     proc = spark_submit(write_profile(config, tmp_path / "relay.toml"), "--available-now",
-                        env={"TZ": "America/New_York"}, log=log,
-                        submit_args=LAUNCH_PATHS[launch])
+                        env={"TZ": "America/New_York", **launch_env(launch, tmp_path)},
+                        log=log)
     try:
         assert proc.wait(timeout=400) == EXIT_OK, log.read_text()[-3000:]
     finally:
         kill_group(proc)
+    text = log.read_text()
+    # Nothing of package resolution on either path; only first use runs a second submit.
+    assert ":: resolving dependencies ::" not in text and "ivy" not in text.lower()
+    assert ("running it once more" in text) == (launch == "first-use"), text[-3000:]
     got = {r.outbox_id: r.headers["outbox-relay.created-at"].decode()
            for r in consume(stack.kafka_bootstrap, topics, expect=len(ids))}
     print({i: (expected[i], got.get(i)) for i in ids})

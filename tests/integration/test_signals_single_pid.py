@@ -12,17 +12,21 @@ from pathlib import Path
 import pytest
 
 from relay.exit_codes import ExitCode
-from relay.packages import spark_packages_conf
 from relay.stack import StackInfo
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique, wait_for
-from tests.integration.process import kill_group, spark_submit, write_profile
+from tests.integration.process import (
+    LAUNCH_PATHS,
+    kill_group,
+    launch_env,
+    spark_submit,
+    write_profile,
+)
 
 pytestmark = pytest.mark.integration
 
 BACKLOG = 20_000
 GRACE_S = 30.0
-LAUNCH_PATHS = {"relaunch": (), "packages": ("--packages", spark_packages_conf())}
 MODES = {"continuous": (), "available-now": ("--available-now",)}
 COUNT = "SELECT count(*) FROM kafka_messages"
 LEFT_IDS = "SELECT id FROM kafka_messages"
@@ -37,7 +41,7 @@ def _group_gone(pgid: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("launch", sorted(LAUNCH_PATHS))
+@pytest.mark.parametrize("launch", LAUNCH_PATHS)
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 def test_a_signal_to_the_spark_submit_pid_alone_stops_gracefully(
@@ -51,7 +55,7 @@ def test_a_signal_to_the_spark_submit_pid_alone_stops_gracefully(
     config = make_config([topic], relay={"batch_size": 200, "available_now_deadline_s": 60})
     log = tmp_path / "relay.log"
     proc = spark_submit(write_profile(config, tmp_path / "relay.toml"), *MODES[mode], log=log,
-                        submit_args=LAUNCH_PATHS[launch])
+                        env=launch_env(launch, tmp_path))
     try:
         # Rows leaving the outbox: batches are flowing, so a write is in flight or next.
         assert wait_for(lambda: query(migrated_url, COUNT)[0][0] < BACKLOG - 400, 400,

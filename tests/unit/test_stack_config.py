@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from relay import cache
 from relay.stack import StackInfo, kafka, paths, postgres, proc
 from relay.stack.jars import slf4j_binding, split_coordinate
 from relay.stack.paths import StackPaths
@@ -110,9 +111,9 @@ def test_dirs_follow_env_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert paths.default_stack_dir() == paths.repo_root() / ".relay-data" / "stack"
     assert (paths.repo_root() / "relay" / "stack" / "paths.py").is_file()
     monkeypatch.setenv(paths.STACK_DIR_ENV, str(tmp_path / "s"))
-    monkeypatch.setenv(paths.CACHE_DIR_ENV, str(tmp_path / "c"))
+    monkeypatch.setenv(cache.CACHE_DIR_ENV, str(tmp_path / "c"))
     assert StackPaths.resolve().root == tmp_path / "s"
-    assert paths.cache_dir() == tmp_path / "c"
+    assert cache.cache_dir() == tmp_path / "c"
 
 
 def test_slf4j_binding_matches_resolved_versions() -> None:
@@ -149,7 +150,7 @@ def test_terminate_only_signals_a_matching_process(tmp_path: Path) -> None:
 
 
 def test_file_lock_is_reentrant(tmp_path: Path) -> None:
-    with proc.file_lock(tmp_path / "l"), proc.file_lock(tmp_path / "l"):
+    with cache.file_lock(tmp_path / "l"), cache.file_lock(tmp_path / "l"):
         pass
-    with proc.file_lock(tmp_path / "l"):
+    with cache.file_lock(tmp_path / "l"):
         pass
