@@ -1,8 +1,8 @@
 """Entry point for `spark-submit jobs/migrate.py --config conf/<profile>.toml`.
 
 The same as `outbox-relay --config ... migrate`; the Databricks bundle runs it as the
-task before the relay, which refuses a stale schema. It runs from the synced source
-tree (not the installed wheel) because the migrations are the `schemas/` files beside it.
+task before the relay, which refuses a stale schema. The migrations are the SQL files
+of relay/schemas/, shipped in the wheel too.
 """
 
 from __future__ import annotations

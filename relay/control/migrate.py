@@ -1,4 +1,5 @@
-"""Applies the versioned SQL files under schemas/, idempotently and safely in parallel."""
+"""Applies the versioned SQL files of relay/schemas/ (package data, so they ship in the wheel),
+idempotently and safely in parallel."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from relay.errors import DatabaseError, MigrationError
 
 log = logging.getLogger(__name__)
 
-SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
+SCHEMAS_DIR = Path(__file__).resolve().parents[1] / "schemas"
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 # Any constant works; it only has to be the same for every relay that migrates.

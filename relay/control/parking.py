@@ -2,7 +2,7 @@
 
 Parking moves a row, bytes intact, from kafka_messages to relay_parked_messages in one
 statement, fenced by the topic lock like every delete, and stages its ledger record.
-Every later message of the same partitioning key (schemas/0009) follows it there
+Every later message of the same partitioning key (relay/schemas/0009) follows it there
 (relay_message_problem refuses to send them) until an operator requeues or drops the parked one.
 """
 

@@ -1,7 +1,7 @@
 """The partitioning key, and Kafka partitioners bit-compatible with their clients.
 
 The partitioning key is the bytes a record's partition comes from: ``partition_key`` as
-UTF-8 when it is not null, else ``key`` (SQL: ``relay_partitioning_key``, schemas/0009).
+UTF-8 when it is not null, else ``key`` (SQL: ``relay_partitioning_key``, relay/schemas/0009).
 Rows with equal bytes are one key for ordering, whichever column the bytes came from.
 
 - ``murmur2``: the Java client's default for keyed records (and so Spark's sink):
