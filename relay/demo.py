@@ -84,7 +84,9 @@ def run_demo(config_path: str, messages: int) -> int:
     cmd = [submit, str(REPO / "jobs" / "relay.py"), "--config", config_path, "--available-now"]
     print("running:", " ".join(["spark-submit", "jobs/relay.py", *cmd[2:]]), flush=True)
     started = time.monotonic()
-    code = subprocess.call(cmd, cwd=REPO, env={**env, "PYSPARK_PYTHON": sys.executable})
+    # The local stack is on 127.0.0.1, and so is this one-machine Spark.
+    env = {"SPARK_LOCAL_IP": "127.0.0.1", **env, "PYSPARK_PYTHON": sys.executable}
+    code = subprocess.call(cmd, cwd=REPO, env=env)
     print(f"relay exited {code} after {time.monotonic() - started:.1f} s (including JVM start)")
     # The relay's own code is one of relay.exit_codes; killed by signal N, report 128 + N
     # as a shell does.

@@ -13,6 +13,10 @@ from relay.stack import StackInfo
 
 pytest_plugins = ["tests.spark_session"]
 
+# Tests talk to 127.0.0.1 only: Spark's driver (and every relay process started from
+# here) binds there too, instead of the host's first interface.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
 
 @pytest.fixture(scope="session")
 def spark_defaults() -> None:
