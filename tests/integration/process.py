@@ -21,6 +21,11 @@ REPO = Path(__file__).resolve().parents[2]
 def write_profile(config: Config, path: Path) -> Path:
     """A TOML profile equivalent to `config` (no secrets: those stay in the environment)."""
     data = config.model_dump(mode="json", exclude={"postgres": {"password"}})
+    return write_raw_profile(data, path)
+
+
+def write_raw_profile(data: dict[str, Any], path: Path) -> Path:
+    """A TOML profile of exactly `data` (e.g. a checked-in profile with a few keys changed)."""
     path.write_text(_toml(data), encoding="utf-8")
     tomllib.loads(path.read_text(encoding="utf-8"))  # fail here, not in the child
     return path

@@ -1,0 +1,166 @@
+"""The bundle's drain job, emulated on the local stack: its tasks as Databricks runs them.
+
+The bundle's variables are resolved as `databricks bundle deploy --var ...` would, with
+the stack's addresses as postgres_url and kafka_bootstrap_servers. The job cluster's
+spark_env_vars become the environment (its `{{secrets/...}}` cannot resolve here; the
+local stack needs none). The tasks' python_file and parameters run, migrate first, with
+a real spark-submit; `${workspace.file_path}` names a stand-in for the synced files whose
+conf/databricks.toml is the bundle's profile adapted to the local stack (no TLS, no SASL,
+local ledger and checkpoint). The jars come as `--jars`, as a cluster's libraries do:
+the bundle's Maven libraries, and what a Databricks Runtime ships itself (the Kafka
+connector, Delta), which a local Spark lacks. An independent consumer then reads back
+every seeded message.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay.exit_codes import ExitCode
+from relay.stack import StackInfo
+from tests.bundle import PROFILE, load_bundle, maven_coordinates, task_parameters
+from tests.integration.helpers import Msg, Received, consume, create_topics, insert, query, unique
+from tests.integration.process import write_raw_profile
+from tests.jars import cached_jars, jar_of
+
+pytestmark = pytest.mark.integration
+
+JOB = "outbox_relay_drain"
+PARTITIONS = 3
+PER_TOPIC = 90
+SECURITY_PREFIXES = ("security.", "sasl.", "ssl.")
+# What a resolution of spark.jars.packages prints; a cluster's libraries need none.
+RESOLVING = ":: resolving dependencies"
+
+
+def _workspace_files(root: Path, ledger: Path, checkpoint: Path) -> Path:
+    """Where the job's parameters find conf/databricks.toml: the bundle's profile with only
+    what the local stack needs changed. The stack speaks plaintext, and Databricks'
+    shaded login module (kafkashaded....) loads only inside its own Kafka connector."""
+    data: dict[str, Any] = tomllib.loads(PROFILE.read_text(encoding="utf-8"))
+    data["postgres"]["sslmode"] = "disable"
+    for table in ("java_options", "librdkafka_options"):
+        options = data["kafka"].get(table, {})
+        data["kafka"][table] = {k: v for k, v in options.items()
+                                if not k.startswith(SECURITY_PREFIXES)}
+    data["ledger"]["path"] = str(ledger)
+    data["relay"]["checkpoint_path"] = str(checkpoint)
+    assert data["spark"]["resolve_packages"] is False, "a cluster's jars are its libraries"
+    (root / "conf").mkdir(parents=True)
+    write_raw_profile(data, root / "conf" / PROFILE.name)
+    return root
+
+
+def _cluster_env(job: dict[str, Any]) -> dict[str, str]:
+    """The process environment of the job cluster, less what only a workspace resolves."""
+    (cluster,) = [c["new_cluster"] for c in job["job_clusters"]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "KAFKA_"))}
+    env.update({k: v for k, v in cluster["spark_env_vars"].items()
+                if not v.startswith("{{secrets/")})
+    env["PYSPARK_PYTHON"] = sys.executable
+    return env
+
+
+def _run_task(task: dict[str, Any], python_file: Path, workspace: Path, jars: list[Path],
+              env: dict[str, str], log: Path) -> int:
+    submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent))
+    assert submit, "spark-submit is installed with pyspark"
+    command = [submit, "--master", "local[2]", "--jars", ",".join(map(str, jars)),
+               str(python_file), *task_parameters(task, workspace)]
+    with log.open("wb") as out:
+        done = subprocess.run(command, cwd=workspace, env=env, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=900, check=False)
+    return done.returncode
+
+
+def _outbox(topics: list[str]) -> list[Msg]:
+    """Every key shape: partition_key NULL, equal to the key's text, different from it;
+    NULL keys with and without a partition_key; binary keys; tombstones."""
+    out: list[Msg] = []
+    for topic in topics:
+        for i in range(PER_TOPIC):
+            value = f"{topic}:{i}".encode()
+            key = f"key-{i % 5}"
+            shape = i % 6
+            if shape == 0:
+                out.append(Msg(topic, key.encode(), value))
+            elif shape == 1:
+                out.append(Msg(topic, key.encode(), value, partition_key=key))
+            elif shape == 2:
+                out.append(Msg(topic, key.encode(), value, partition_key=f"pk-{i % 3}"))
+            elif shape == 3:
+                out.append(Msg(topic, None, value))
+            elif shape == 4:
+                out.append(Msg(topic, None, value, partition_key=f"pk-{i % 3}"))
+            else:
+                binary = bytes([0xFF, 0x00, i % 7, 0x80])
+                out.append(Msg(topic, binary, None if i % 12 == 11 else value))
+    return out
+
+
+def _check_order(seeded: dict[int, Msg], received: list[Received]) -> None:
+    """Rows of one partitioning key (partition_key's bytes, else the key) share a partition
+    and appear in id order."""
+    first: dict[int, Received] = {}
+    for record in sorted(received, key=lambda r: (r.topic, r.partition, r.offset)):
+        first.setdefault(record.outbox_id, record)
+    by_key: dict[tuple[str, bytes], list[Received]] = defaultdict(list)
+    for outbox_id, record in first.items():
+        msg = seeded[outbox_id]
+        pkey = msg.partition_key.encode() if msg.partition_key is not None else msg.key
+        if pkey is not None:
+            by_key[(msg.topic, pkey)].append(record)
+    for key, records in by_key.items():
+        assert len({r.partition for r in records}) == 1, f"{key} spread over partitions"
+        offsets = [r.offset for r in sorted(records, key=lambda r: r.outbox_id)]
+        assert offsets == sorted(offsets), f"{key}: ids out of order"
+
+
+def test_the_drain_job_migrates_then_drains_every_key_shape(
+    stack: StackInfo, database_url: str, tmp_path: Path
+) -> None:
+    bundle = load_bundle({"postgres_url": database_url,
+                          "kafka_bootstrap_servers": stack.kafka_bootstrap})
+    job = bundle.jobs[JOB]
+    migrate = bundle.script_task(JOB, "migrate.py")
+    relay = bundle.script_task(JOB, "relay.py")
+    workspace = _workspace_files(tmp_path / "files", tmp_path / "ledger", tmp_path / "ckpt")
+    jars = cached_jars()
+    # The cluster's Maven libraries are in the cache; the rest of --jars is what the
+    # runtime ships (Kafka connector, Delta) and a local Spark does not.
+    libraries = {jar_of(c, jars) for c in maven_coordinates(relay)}
+    assert libraries and maven_coordinates(migrate) == maven_coordinates(relay)
+    env = _cluster_env(job)
+
+    code = _run_task(migrate, bundle.python_file(JOB, migrate), workspace, jars, env,
+                     tmp_path / "migrate.log")
+    assert code == ExitCode.OK, (tmp_path / "migrate.log").read_text(errors="replace")[-3000:]
+
+    topics = [unique("dbx-drain"), unique("dbx-drain")]
+    create_topics(stack.kafka_bootstrap, dict.fromkeys(topics, PARTITIONS))
+    messages = _outbox(topics)
+    ids = insert(database_url, [messages[i:i + 40] for i in range(0, len(messages), 40)])
+    seeded = dict(zip(ids, messages, strict=True))
+
+    log = tmp_path / "relay.log"
+    code = _run_task(relay, bundle.python_file(JOB, relay), workspace, jars, env, log)
+    output = log.read_text(errors="replace")
+    assert code == ExitCode.OK, output[-3000:]
+    assert RESOLVING not in output and "relaunching the driver" not in output
+
+    received = consume(stack.kafka_bootstrap, topics, expect=len(seeded))
+    assert {r.outbox_id for r in received} == set(seeded)
+    for record in received:
+        msg = seeded[record.outbox_id]
+        assert (record.topic, record.key, record.value) == (msg.topic, msg.key, msg.value)
+    _check_order(seeded, received)
+    assert query(database_url, "SELECT count(*) FROM kafka_messages") == [(0,)]
