@@ -74,13 +74,20 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def run_argv(args: argparse.Namespace) -> list[str]:
+    """The command line of relay.app.main for `outbox-relay [--config C] run ...`."""
+    argv = ["--config", args.config] if args.config else []
+    if args.available_now:
+        argv.append("--available-now")
+    if args.log_level:
+        argv += ["--log-level", args.log_level]
+    return argv
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from relay.app import main as run_main
 
-    argv = list(args.rest)
-    if args.config:
-        argv = ["--config", args.config, *argv]
-    return run_main(argv)
+    return run_main(run_argv(args))
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -113,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     jars.set_defaults(fn=_cmd_jars)
     cli_ops.register(sub)
     run = sub.add_parser("run", help="run the relay (same as jobs/relay.py)")
-    run.add_argument("rest", nargs=argparse.REMAINDER)
+    # The relay's own options, named here: a REMAINDER argument took no option as its
+    # first word, so `outbox-relay run --available-now` was refused.
+    run.add_argument("--available-now", action="store_true", help="drain what exists, then exit")
+    run.add_argument("--log-level", help="default: RELAY_LOG_LEVEL, else INFO")
     run.set_defaults(fn=_cmd_run)
     demo = sub.add_parser("demo", help="local stack, demo outbox, drain, summary")
     demo.add_argument("--messages", type=int, default=3000)
