@@ -192,3 +192,17 @@ def test_the_cluster_maps_the_addresses_the_profile_leaves_as_examples(job_key: 
         env = cluster["spark_env_vars"]
         assert env["RELAY_POSTGRES_URL"].startswith("postgresql://")
         assert env["RELAY_KAFKA_BOOTSTRAP_SERVERS"]
+
+
+# Of relay/packages.py, what a Databricks Runtime ships itself: its Kafka connector and
+# Delta Lake (databricks.yml cites where that is documented).
+SHIPPED_BY_THE_RUNTIME = {"spark-sql-kafka-0-10", "delta-spark"}
+
+
+@pytest.mark.parametrize("job_key", JOBS)
+def test_the_maven_libraries_are_exactly_what_the_runtime_lacks(job_key: str) -> None:
+    lacking = {c for c in SPARK_PACKAGES
+               if not any(c.split(":")[1].startswith(s) for s in SHIPPED_BY_THE_RUNTIME)}
+    assert lacking == {c for c in SPARK_PACKAGES if c.startswith("org.postgresql:")}
+    for task in BUNDLE.tasks(job_key).values():
+        assert maven_coordinates(task) == lacking
