@@ -6,10 +6,10 @@ spark_env_vars become the environment (its `{{secrets/...}}` cannot resolve here
 local stack needs none). The tasks' python_file and parameters run, migrate first, with
 a real spark-submit; `${workspace.file_path}` names a stand-in for the synced files whose
 conf/databricks.toml is the bundle's profile adapted to the local stack (no TLS, no SASL,
-local ledger and checkpoint). The jars come as `--jars`, as a cluster's libraries do:
-the bundle's Maven libraries, and what a Databricks Runtime ships itself (the Kafka
-connector, Delta), which a local Spark lacks. An independent consumer then reads back
-every seeded message.
+local ledger and checkpoint). The jars come from the local cache (relay.spark_jars, what
+`outbox-relay jars` prints) as `--jars`, as a cluster's libraries do: the bundle's Maven
+libraries, and what a Databricks Runtime ships itself (the Kafka connector, Delta), which
+a local Spark lacks. An independent consumer then reads back every seeded message.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 
 from relay.exit_codes import ExitCode
+from relay.spark_jars import cached_jars
 from relay.stack import StackInfo
 from tests.bundle import PROFILE, load_bundle, maven_coordinates, task_parameters
 from tests.integration.helpers import Msg, Received, consume, create_topics, insert, query, unique
 from tests.integration.process import write_raw_profile
-from tests.jars import cached_jars, jar_of
 
 pytestmark = pytest.mark.integration
 
@@ -38,8 +38,10 @@ JOB = "outbox_relay_drain"
 PARTITIONS = 3
 PER_TOPIC = 90
 SECURITY_PREFIXES = ("security.", "sasl.", "ssl.")
-# What a resolution of spark.jars.packages prints; a cluster's libraries need none.
-RESOLVING = ":: resolving dependencies"
+# What the relay and Ivy print when jars are resolved or the driver runs once more to get
+# them; a cluster's libraries need neither.
+NOT_ON_A_CLUSTER = (":: resolving dependencies", "resolving the Spark packages",
+                    "running it once more")
 
 
 def _workspace_files(root: Path, ledger: Path, checkpoint: Path) -> Path:
@@ -60,12 +62,25 @@ def _workspace_files(root: Path, ledger: Path, checkpoint: Path) -> Path:
     return root
 
 
-def _cluster_env(job: dict[str, Any]) -> dict[str, str]:
-    """The process environment of the job cluster, less what only a workspace resolves."""
+def _jar_of(coordinate: str, jars: list[Path]) -> Path:
+    """The cached jar of a Maven coordinate group:artifact:version."""
+    _, artifact, version = coordinate.split(":")
+    found = [p for p in jars if p.name == f"{artifact}-{version}.jar"]
+    assert len(found) == 1, f"{coordinate}: one cached jar expected, got {found}"
+    return found[0]
+
+
+def _cluster_env(job: dict[str, Any], spark_conf: Path) -> dict[str, str]:
+    """The process environment of the job cluster, less what only a workspace resolves.
+
+    An empty Spark configuration directory: a cluster has no spark-defaults.conf of ours
+    (`outbox-relay jars --install` writes the jars into the local one)."""
     (cluster,) = [c["new_cluster"] for c in job["job_clusters"]]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "KAFKA_"))}
     env.update({k: v for k, v in cluster["spark_env_vars"].items()
                 if not v.startswith("{{secrets/")})
+    spark_conf.mkdir()
+    env["SPARK_CONF_DIR"] = str(spark_conf)
     env["PYSPARK_PYTHON"] = sys.executable
     return env
 
@@ -137,9 +152,9 @@ def test_the_drain_job_migrates_then_drains_every_key_shape(
     jars = cached_jars()
     # The cluster's Maven libraries are in the cache; the rest of --jars is what the
     # runtime ships (Kafka connector, Delta) and a local Spark does not.
-    libraries = {jar_of(c, jars) for c in maven_coordinates(relay)}
+    libraries = {_jar_of(c, jars) for c in maven_coordinates(relay)}
     assert libraries and maven_coordinates(migrate) == maven_coordinates(relay)
-    env = _cluster_env(job)
+    env = _cluster_env(job, tmp_path / "spark-conf")
 
     code = _run_task(migrate, bundle.python_file(JOB, migrate), workspace, jars, env,
                      tmp_path / "migrate.log")
@@ -155,7 +170,7 @@ def test_the_drain_job_migrates_then_drains_every_key_shape(
     code = _run_task(relay, bundle.python_file(JOB, relay), workspace, jars, env, log)
     output = log.read_text(errors="replace")
     assert code == ExitCode.OK, output[-3000:]
-    assert RESOLVING not in output and "relaunching the driver" not in output
+    assert not [line for line in NOT_ON_A_CLUSTER if line in output], output[-3000:]
 
     received = consume(stack.kafka_bootstrap, topics, expect=len(seeded))
     assert {r.outbox_id for r in received} == set(seeded)

@@ -29,12 +29,12 @@ from packaging.utils import canonicalize_name
 
 from relay.exit_codes import ExitCode
 from relay.packages import DELTA_VERSION, SPARK_VERSION
+from relay.spark_jars import cached_jars
 from relay.stack import StackInfo
 from tests.bundle import REPO
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
 from tests.integration.process import write_profile
-from tests.jars import cached_jars
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +82,8 @@ def _installed(python: Path, cwd: Path, env: dict[str, str]) -> dict[str, str]:
 
 def _clean_env(venv: Path) -> dict[str, str]:
     """No path back to the checkout or the test's own Python."""
-    drop = ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")
+    drop = ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV",
+            "SPARK_HOME", "SPARK_CONF_DIR")
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("RELAY_")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     return env
