@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 
 # Under spark-submit the project may not be installed; make the package importable.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# A runner that executes the file without `__file__` (reported of Databricks' Python
+# file tasks) has the package from the wheel, which the bundle installs on every task.
+if "__file__" in globals():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from relay.cli import main
 
