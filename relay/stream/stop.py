@@ -49,8 +49,13 @@ class StopSignal:
         self._event.set()
 
     def install(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+        except ValueError:
+            # Not the main thread (a host that runs the file in a thread of its own): the
+            # JVM's TERM and INT still arrive, through forward_jvm_signals.
+            log.warning("not the main thread: stop signals reach the relay through the JVM")
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.request(signal.Signals(signum).name)

@@ -100,3 +100,21 @@ def test_a_helper_killed_by_our_own_stop_signal_is_not_a_failure(text: str) -> N
     stop.request("SIGTERM")
     assert _stop_killed_a_helper(stop, RuntimeError(text))
     assert not _stop_killed_a_helper(stop, RuntimeError("Connection refused"))
+
+
+def test_install_outside_the_main_thread_warns_instead_of_failing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    errors: list[BaseException] = []
+
+    def install() -> None:
+        try:
+            StopSignal().install()
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=install)
+    worker.start()
+    worker.join()
+    assert errors == []
+    assert "not the main thread" in caplog.text
