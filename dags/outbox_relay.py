@@ -1,0 +1,139 @@
+"""The relay as scheduled Airflow DAGs: drain the outbox every 5 minutes, after `migrate`.
+
+Two DAGs, alternatives (run one; they would share the outbox's topic locks and the
+profile's checkpoint):
+
+- ``outbox_relay_drain``: ``spark-submit jobs/migrate.py --config PROFILE``, then
+  ``spark-submit jobs/relay.py --config PROFILE --available-now``, through
+  ``RelaySparkSubmitOperator`` (a ``SparkSubmitOperator``) in client deploy mode.
+  The migrate step runs the project's ``jobs/migrate.py`` (the same as
+  ``outbox-relay migrate``) through the same operator rather than the CLI: it needs the
+  same checkout (``schemas/``), Python, profile and environment as the drain, which
+  spark-submit already provides, and its exit codes go through the same table.
+- ``outbox_relay_databricks``: the Databricks bundle's drain job
+  (``resources/outbox_relay.job.yml``) through ``DatabricksRunNowOperator``. That job
+  runs ``jobs/migrate.py`` and then ``jobs/relay.py --available-now`` as tasks of one
+  run on one job cluster, so migrate precedes the drain inside the run; a separate
+  Airflow task for it would start a second cluster every 5 minutes. Pause the job's
+  own schedule (``pause_status: PAUSED``) when Airflow triggers it.
+
+Exit codes (``relay/exit_codes.py``; the decisions are ``outbox_relay_operators.POLICY``
+and the README's "Airflow" section):
+
+- 0 OK: success.
+- 1 LEFT_OVER: success with a warning naming the topics, when the relay printed its
+  left-over lines (every other topic drained; the rest wait in error or are locked by
+  another relay, and the next run tries them again). A bare exit 1 without those
+  lines is spark-submit's or Python's own failure: retried.
+- 2 USAGE, 10 MIGRATION_FAILED, 11, 12, 13 (other commands' codes), 15 DEFECT: failed,
+  not retried (a person must fix the profile, the schema files or the code).
+- 3 INTERRUPTED, 4 UNREACHABLE, 5 QUERY_FAILED, 6 NOT_VERIFIED, 7 DATABASE_ERROR,
+  8 DATABASE_LOST, 9 LOCK_LOST, 14 RELAY_ERROR, 130 AT_ONCE, and any status outside
+  the table: failed and retried. A retry reads what is still in the outbox: at least
+  once, as after any restart.
+- On Databricks a non-zero exit fails the job's task (and its run: the Airflow task
+  fails), after the job's own task retries.
+
+Settings, read from the environment when the DAG file is parsed (none is a secret;
+credentials stay in the Spark connection, the worker's environment or Databricks
+secrets, as the profile's ``env:NAME`` references and ``RELAY_POSTGRES_PASSWORD`` do):
+
+- ``OUTBOX_RELAY_HOME``: the checkout holding jobs/, schemas/, conf/ (default: the
+  parent of this file's folder).
+- ``OUTBOX_RELAY_PROFILE``: the TOML profile (default ``conf/prod.toml`` under the home).
+- ``OUTBOX_RELAY_SPARK_CONN_ID`` (default ``spark_default``): the master, e.g. a Spark
+  connection with host ``local[2]`` or ``spark://host:7077``.
+- ``OUTBOX_RELAY_PYSPARK_PYTHON``: the Python with the relay's dependencies, passed to
+  spark-submit as ``PYSPARK_PYTHON`` (default: whatever the worker's environment says).
+- ``OUTBOX_RELAY_DATABRICKS_CONN_ID`` (default ``databricks_default``) and
+  ``OUTBOX_RELAY_DATABRICKS_JOB_NAME`` (default ``outbox-relay drain``, the bundle's
+  job name in a production target; development mode prefixes it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pendulum
+from airflow.providers.databricks.operators.databricks import DatabricksRunNowOperator
+from airflow.sdk import DAG
+
+# The helper module sits beside this file. Not every process that parses DAGs puts the
+# DAGs folder on sys.path (a bare DagBag does not), so this file does.
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.append(str(Path(__file__).resolve().parent))
+
+from outbox_relay_operators import RELAY_HOME, RelaySparkSubmitOperator  # noqa: E402
+
+PROFILE = os.environ.get("OUTBOX_RELAY_PROFILE") or str(RELAY_HOME / "conf" / "prod.toml")
+SPARK_CONN_ID = os.environ.get("OUTBOX_RELAY_SPARK_CONN_ID") or "spark_default"
+PYSPARK_PYTHON = os.environ.get("OUTBOX_RELAY_PYSPARK_PYTHON")
+DATABRICKS_CONN_ID = os.environ.get("OUTBOX_RELAY_DATABRICKS_CONN_ID") or "databricks_default"
+DATABRICKS_JOB_NAME = os.environ.get("OUTBOX_RELAY_DATABRICKS_JOB_NAME") or "outbox-relay drain"
+
+EVERY_5_MINUTES = "*/5 * * * *"
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+# A failed drain is tried again soon: the next scheduled run is at most 5 minutes away.
+DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=1)}
+
+
+def _job(name: str) -> str:
+    return str(Path(RELAY_HOME) / "jobs" / name)
+
+
+with DAG(
+    dag_id="outbox_relay_drain",
+    description="Drain the PostgreSQL outbox to Kafka with spark-submit, after migrate",
+    doc_md=__doc__,
+    schedule=EVERY_5_MINUTES,
+    start_date=START,
+    catchup=False,  # a drain takes everything waiting: missed intervals need no run of their own
+    max_active_runs=1,  # one drain at a time; the next waits instead of racing for the locks
+    default_args=DEFAULT_ARGS,
+    tags=["outbox-relay"],
+) as spark_dag:
+    env = {"PYSPARK_PYTHON": PYSPARK_PYTHON} if PYSPARK_PYTHON else None
+    migrate = RelaySparkSubmitOperator(
+        task_id="migrate",
+        application=_job("migrate.py"),
+        application_args=["--config", PROFILE],
+        conn_id=SPARK_CONN_ID,
+        env_vars=env,
+        name="outbox-relay-migrate",
+        execution_timeout=timedelta(minutes=10),
+    )
+    drain = RelaySparkSubmitOperator(
+        task_id="drain",
+        application=_job("relay.py"),
+        application_args=["--config", PROFILE, "--available-now"],
+        conn_id=SPARK_CONN_ID,
+        env_vars=env,
+        name="outbox-relay",
+        # The bundle's drain task has the same bound (resources/outbox_relay.job.yml).
+        execution_timeout=timedelta(minutes=30),
+    )
+    migrate >> drain
+
+with DAG(
+    dag_id="outbox_relay_databricks",
+    description="Drain the PostgreSQL outbox to Kafka with the Databricks bundle's drain job",
+    doc_md=__doc__,
+    schedule=EVERY_5_MINUTES,
+    start_date=START,
+    catchup=False,
+    max_active_runs=1,  # the job itself allows one concurrent run (max_concurrent_runs: 1)
+    # The job retries its relay task twice itself; Airflow's one retry is a new job run.
+    default_args={**DEFAULT_ARGS, "retries": 1},
+    tags=["outbox-relay", "databricks"],
+) as databricks_dag:
+    DatabricksRunNowOperator(
+        task_id="migrate_and_drain",
+        job_name=DATABRICKS_JOB_NAME,
+        databricks_conn_id=DATABRICKS_CONN_ID,
+        polling_period_seconds=30,
+        # The job has its own timeout (3600 s) and task retries; this only bounds the wait.
+        execution_timeout=timedelta(minutes=70),
+    )
