@@ -17,6 +17,10 @@ pytest_plugins = ["tests.spark_session"]
 # here) binds there too, instead of the host's first interface.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+# The Airflow tier runs in its own venv (tests/airflow/conftest.py says why);
+# tests/integration/test_airflow_dags.py starts it.
+collect_ignore = ["airflow"]
+
 
 @pytest.fixture(scope="session")
 def spark_defaults() -> None:

@@ -1,0 +1,179 @@
+"""The Airflow tier, from the main session: seed outboxes on the shared stack, run
+tests/airflow in `.venv-airflow` (DagBag, structure, `dag.test()` through a real
+spark-submit, the Databricks DAG against a Jobs API stand-in), then check with an
+independent consumer that every seeded message arrived.
+
+`make test` installs `.venv-airflow` first; without it this test fails, it does not skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pytest
+
+from relay.config_load import build_config
+from relay.control.db import Database
+from relay.control.migrate import SCHEMAS_DIR, migrate
+from relay.stack import StackInfo
+from tests.integration.helpers import consume, create_topics, query, unique
+from tests.integration.process import REPO, write_profile
+
+pytestmark = pytest.mark.integration
+
+AIRFLOW_PYTHON = REPO / ".venv-airflow" / "bin" / "python"
+# Deimos's own columns: the outbox as Deimos wrote it, before the relay's migrations.
+DEIMOS_INSERT = "INSERT INTO kafka_messages (topic, message, key, partition_key) " \
+                "VALUES (%s, %s, %s, %s) RETURNING id"
+
+
+@pytest.fixture
+def databases(stack: StackInfo) -> Iterator[dict[str, str]]:
+    """Two fresh databases of their own: an outbox as Deimos left it, and a migrated one."""
+    base = stack.postgres_url.rpartition("/")[0]
+    names = {k: f"t_airflow_{k}_{uuid.uuid4().hex[:8]}" for k in ("deimos", "locked")}
+    admin = psycopg2.connect(stack.postgres_url)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        for name in names.values():
+            cur.execute(f'CREATE DATABASE "{name}"')  # generated identifiers
+    yield {k: f"{base}/{name}" for k, name in names.items()}
+    with admin.cursor() as cur:
+        for name in names.values():
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+def _profile(stack: StackInfo, url: str, topics: list[str], tmp: Path, name: str) -> str:
+    config = build_config({
+        "postgres": {"url": url, "sslmode": "disable"},
+        "kafka": {"bootstrap_servers": stack.kafka_bootstrap},
+        "ledger": {"path": str(tmp / f"ledger-{name}"), "flush_interval_s": 2},
+        "relay": {"source_name": f"airflow-{name}", "checkpoint_path": str(tmp / f"cp-{name}"),
+                  "poll_interval_s": 0.1, "available_now_deadline_s": 5,
+                  "include_topics": [t.replace(".", "\\.") for t in topics]},
+        "spark": {"master": "local[2]", "shuffle_partitions": 2},
+    }, env={})
+    return str(write_profile(config, tmp / f"{name}.toml"))
+
+
+def _key_shapes(topic: str, n: int) -> list[tuple[str, bytes, bytes | None, str | None]]:
+    """Rows of every key shape: partition_key NULL, equal to the key, different from it;
+    NULL keys with and without a partition_key."""
+    rows = []
+    for i in range(n):
+        key = f"k{i % 7}".encode()
+        shape = i % 5
+        rows.append((topic, f"v{i}".encode(), *{
+            0: (key, None), 1: (key, key.decode()), 2: (key, f"p{i % 3}"),
+            3: (None, None), 4: (None, f"p{i % 3}")}[shape]))
+    return rows
+
+
+def _seed(url: str, rows: list[tuple[str, bytes, bytes | None, str | None]],
+          deimos_tables: bool = False) -> list[int]:
+    """Insert `rows`; first create Deimos's tables the way Deimos does, if asked."""
+    conn = psycopg2.connect(url)
+    try:
+        with conn, conn.cursor() as cur:
+            if deimos_tables:
+                cur.execute((SCHEMAS_DIR / "0001_deimos_tables.sql").read_text(encoding="utf-8"))
+            ids = []
+            for row in rows:
+                cur.execute(DEIMOS_INSERT, row)
+                ids.append(cur.fetchone()[0])
+            return ids
+    finally:
+        conn.close()
+
+
+def _run_airflow_tier(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(AIRFLOW_PYTHON), "-m", "pytest", "tests/airflow", "-q"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=1200,
+    )
+
+
+def test_airflow_dags_drain_the_outbox(stack: StackInfo, databases: dict[str, str],
+                                       tmp_path: Path) -> None:
+    assert AIRFLOW_PYTHON.exists(), "no .venv-airflow: `make airflow-venv` installs it"
+    drained = [unique("airflow.a"), unique("airflow.b")]
+    free, locked = unique("airflow.free"), unique("airflow.locked")
+    create_topics(stack.kafka_bootstrap, {**{t: 3 for t in drained}, free: 2, locked: 2})
+
+    rows = [r for t in drained for r in _key_shapes(t, 150)]
+    ids = _seed(databases["deimos"], rows, deimos_tables=True)
+
+    config = build_config({"postgres": {"url": databases["locked"]}}, env={})
+    db = Database(config.postgres)
+    try:
+        migrate(db)
+    finally:
+        db.close()
+    free_ids = _seed(databases["locked"], _key_shapes(free, 20))
+    _seed(databases["locked"], _key_shapes(locked, 10))
+    # Another relay holds this topic's lock for the whole test.
+    query(databases["locked"], "INSERT INTO kafka_topic_info (topic, locked_by, locked_at) "
+          "VALUES (%s, 'another-relay', now() AT TIME ZONE 'UTC' + interval '1 hour')",
+          (locked,))
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[relay]\nno_such_setting = 1\n', encoding="utf-8")
+    scenarios: dict[str, Any] = {
+        "drain": {"profile": _profile(stack, databases["deimos"], drained, tmp_path, "drain")},
+        "left_over": {"profile": _profile(stack, databases["locked"], [free, locked], tmp_path,
+                                          "left-over"), "locked_topic": locked},
+        "usage": {"profile": str(bad)},
+    }
+    (tmp_path / "scenarios.json").write_text(json.dumps(scenarios), encoding="utf-8")
+    relay_bin = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "OUTBOX_RELAY_AIRFLOW_SCENARIOS": str(tmp_path / "scenarios.json"),
+        "OUTBOX_RELAY_HOME": str(REPO),
+        # The relay venv's spark-submit (the provider runs the one on PATH) and Python.
+        "PATH": f"{relay_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        "OUTBOX_RELAY_PYSPARK_PYTHON": sys.executable,
+        "AIRFLOW_CONN_SPARK_RELAY_TEST": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "OUTBOX_RELAY_SPARK_CONN_ID": "spark_relay_test",
+    }
+
+    started = time.monotonic()
+    done = _run_airflow_tier(env)
+    took = time.monotonic() - started
+
+    output = done.stdout[-20000:] + done.stderr[-5000:]
+    # 5 would mean pytest collected nothing: the tier did not run, which is no pass.
+    assert done.returncode == 0, f"Airflow tier exited {done.returncode}:\n{output}"
+    print(f"Airflow tier: {took:.0f} s\n{done.stdout.strip().splitlines()[-1]}")
+
+    got = consume(stack.kafka_bootstrap, drained, expect=len(ids))
+    assert {r.outbox_id for r in got} == set(ids), "every seeded message arrives"
+    by_id = {i: row for i, row in zip(ids, rows, strict=True)}
+    for record in got:
+        topic, value, key, _ = by_id[record.outbox_id]
+        assert (record.topic, record.value, record.key) == (topic, value, key)
+    first_seen: dict[tuple[str, bytes], list[int]] = {}
+    for record in sorted(got, key=lambda r: (r.topic, r.partition, r.offset)):
+        _, _, key, partition_key = by_id[record.outbox_id]
+        order_key = partition_key.encode() if partition_key is not None else key
+        if order_key is not None:
+            seen = first_seen.setdefault((record.topic, order_key), [])
+            if record.outbox_id not in seen:
+                seen.append(record.outbox_id)
+    assert all(seen == sorted(seen) for seen in first_seen.values()), "per-key order"
+    assert query(databases["deimos"], "SELECT count(*) FROM kafka_messages")[0][0] == 0
+
+    got_free = consume(stack.kafka_bootstrap, [free], expect=len(free_ids))
+    assert {r.outbox_id for r in got_free} == set(free_ids)
+    left = query(databases["locked"], "SELECT topic, count(*) FROM kafka_messages GROUP BY 1")
+    assert left == [(locked, 10)], "the locked topic waits for its owner"
