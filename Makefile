@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint bench faults
+.PHONY: setup demo test lint bench faults airflow-venv airflow-constraints
 
 setup: $(VENV)/.installed
 
@@ -19,12 +19,12 @@ demo: setup
 	$(VENV)/bin/outbox-relay --config conf/local.toml demo
 
 lint: setup
-	$(VENV)/bin/ruff check relay jobs tests
+	$(VENV)/bin/ruff check relay jobs tests dags
 	$(VENV)/bin/mypy relay
 
 # The whole suite: lint, then the unit, Spark, integration and fault-injection tiers
 # (quick mode), on a stack the session starts itself. Writes reports/faults.{json,md}.
-test: lint
+test: lint airflow-venv
 	$(PY) -m pytest
 
 # The fault-injection suite alone (quick mode; FAULTS_ARGS=--long for the soak).
@@ -36,3 +36,28 @@ faults: setup
 bench: setup
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
 	$(PY) -m bench run $(BENCH_ARGS)
+
+# Airflow's own venv (README, "Airflow"): tests/integration/test_airflow_dags.py runs the
+# Airflow tier (tests/airflow) in it. Installed under the constraints the project keeps.
+AIRFLOW_VENV ?= .venv-airflow
+
+airflow-venv: $(AIRFLOW_VENV)/.installed
+
+$(AIRFLOW_VENV)/.installed: requirements/airflow.txt requirements/airflow-constraints.txt
+	python3 -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/pip install --quiet --upgrade pip
+	$(AIRFLOW_VENV)/bin/pip install --quiet -r requirements/airflow.txt \
+		-c requirements/airflow-constraints.txt
+	touch $@
+
+# Re-resolve requirements/airflow.txt in a scratch venv and freeze the result.
+airflow-constraints:
+	rm -rf .venv-airflow-resolve
+	python3 -m venv .venv-airflow-resolve
+	.venv-airflow-resolve/bin/pip install --quiet --upgrade pip
+	.venv-airflow-resolve/bin/pip install --quiet -r requirements/airflow.txt
+	{ sed -n '1,3p' requirements/airflow-constraints.txt; \
+	  .venv-airflow-resolve/bin/pip freeze --all --exclude-editable \
+	    | grep -v '^pip==\|^setuptools==\|^wheel=='; } > requirements/airflow-constraints.txt.new
+	mv requirements/airflow-constraints.txt.new requirements/airflow-constraints.txt
+	rm -rf .venv-airflow-resolve

@@ -66,7 +66,7 @@ from airflow.sdk import DAG
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.append(str(Path(__file__).resolve().parent))
 
-from outbox_relay_operators import RELAY_HOME, RelaySparkSubmitOperator  # noqa: E402
+from outbox_relay_operators import RELAY_HOME, RelaySparkSubmitOperator
 
 PROFILE = os.environ.get("OUTBOX_RELAY_PROFILE") or str(RELAY_HOME / "conf" / "prod.toml")
 SPARK_CONN_ID = os.environ.get("OUTBOX_RELAY_SPARK_CONN_ID") or "spark_default"

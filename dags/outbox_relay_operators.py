@@ -157,3 +157,9 @@ class RelaySparkSubmitOperator(SparkSubmitOperator):
             except subprocess.TimeoutExpired:
                 self.log.warning("spark-submit still running after %.0f s", self.stop_grace_s)
         super().on_kill()
+
+
+def markdown_table() -> str:
+    """The README's table of what each exit code means to Airflow."""
+    rows = [f"| {int(c)} | `{c.name}` | {POLICY[c].value} |" for c in ExitCode]
+    return "\n".join(["| code | name | to Airflow |", "| --- | --- | --- |", *rows])

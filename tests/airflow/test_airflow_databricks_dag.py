@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.airflow.jobs_api_standin import TOKEN, JobsApi, serve
 
 from tests.airflow.dag_runs import load_dag, run_dag, task_states
+from tests.airflow.jobs_api_standin import TOKEN, JobsApi, serve
 
 JOB_NAME = "outbox-relay drain"
 

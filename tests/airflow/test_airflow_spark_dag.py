@@ -44,7 +44,7 @@ def _left_over(run: Any) -> list[str] | None:
     with create_session() as session:
         rows = session.query(XComModel).filter_by(
             dag_id=DAG_ID, run_id=run.run_id, task_id="drain", key=LEFT_OVER_XCOM).all()
-        return [XComModel.deserialize_value(r) for r in rows][0] if rows else None
+        return XComModel.deserialize_value(rows[0]) if rows else None
 
 
 def test_migrate_then_drain_a_deimos_outbox(scenarios: dict[str, Any],
