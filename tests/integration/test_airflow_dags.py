@@ -21,7 +21,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-from relay.config_load import build_config
+from relay.config_load import ENV_OVERRIDES, build_config
 from relay.control.db import Database
 from relay.control.migrate import SCHEMAS_DIR, migrate
 from relay.stack import StackInfo
@@ -98,7 +98,7 @@ def _seed(url: str, rows: list[tuple[str, bytes, bytes | None, str | None]],
 
 def _run_airflow_tier(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(AIRFLOW_PYTHON), "-m", "pytest", "tests/airflow", "-q"],
+        [str(AIRFLOW_PYTHON), "-m", "pytest", "tests/airflow", "-q", "--durations=8"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1200,
     )
 
@@ -136,8 +136,11 @@ def test_airflow_dags_drain_the_outbox(stack: StackInfo, databases: dict[str, st
     }
     (tmp_path / "scenarios.json").write_text(json.dumps(scenarios), encoding="utf-8")
     relay_bin = Path(sys.executable).parent
+    # The relay's environment overrides (e.g. from `outbox-relay stack env`) would win
+    # over the scenarios' profiles.
+    inherited = {k: v for k, v in os.environ.items() if k not in ENV_OVERRIDES}
     env = {
-        **os.environ,
+        **inherited,
         "OUTBOX_RELAY_AIRFLOW_SCENARIOS": str(tmp_path / "scenarios.json"),
         "OUTBOX_RELAY_HOME": str(REPO),
         # The relay venv's spark-submit (the provider runs the one on PATH) and Python.
@@ -154,7 +157,7 @@ def test_airflow_dags_drain_the_outbox(stack: StackInfo, databases: dict[str, st
     output = done.stdout[-20000:] + done.stderr[-5000:]
     # 5 would mean pytest collected nothing: the tier did not run, which is no pass.
     assert done.returncode == 0, f"Airflow tier exited {done.returncode}:\n{output}"
-    print(f"Airflow tier: {took:.0f} s\n{done.stdout.strip().splitlines()[-1]}")
+    print(f"Airflow tier: {took:.0f} s\n{done.stdout}")
 
     got = consume(stack.kafka_bootstrap, drained, expect=len(ids))
     assert {r.outbox_id for r in got} == set(ids), "every seeded message arrives"
