@@ -22,8 +22,9 @@ lint: setup
 	$(VENV)/bin/ruff check relay jobs tests dags
 	$(VENV)/bin/mypy relay
 
-# The whole suite: lint, then the unit, Spark, integration and fault-injection tiers
-# (quick mode), on a stack the session starts itself. Writes reports/faults.{json,md}.
+# The whole suite: lint, then the unit, Spark, integration, Airflow (in .venv-airflow)
+# and fault-injection tiers (quick mode), on a stack the session starts itself.
+# Writes reports/faults.{json,md}.
 test: lint airflow-venv
 	$(PY) -m pytest
 
