@@ -91,6 +91,15 @@ def outcome(returncode: int, left_over: Iterable[str] = ()) -> Outcome:
     return POLICY[code]
 
 
+def _describe(returncode: int, left_over: list[str]) -> str:
+    if returncode == ExitCode.LEFT_OVER and not left_over:
+        return "without the relay's left-over lines: spark-submit's or Python's own failure"
+    try:
+        return ExitCode(returncode).name
+    except ValueError:
+        return "not a relay exit code"
+
+
 class RelaySparkSubmitOperator(SparkSubmitOperator):
     """`SparkSubmitOperator` that reads the relay's exit code through `POLICY`.
 
@@ -134,7 +143,7 @@ class RelaySparkSubmitOperator(SparkSubmitOperator):
                 raise  # failed before spark-submit ran or without its status
             code = process.returncode
             decided = outcome(code, self.left_over)
-            name = ExitCode(code).name if code in set(ExitCode) else "not a relay exit code"
+            name = _describe(code, self.left_over)
             if decided is Outcome.WARN:
                 self.log.warning(
                     "relay exit %d (%s): %s. Counted as a success; see `outbox-relay topics`.",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +79,22 @@ def test_an_invalid_profile_fails_without_retries(scenarios: dict[str, Any],
     assert states == {"migrate": "failed", "drain": "upstream_failed"}
     migrate = next(ti for ti in run.get_task_instances() if ti.task_id == "migrate")
     assert migrate.try_number == 1, "exit 2 (USAGE) is not retried"
+
+
+def test_a_bare_exit_1_is_retried_not_taken_for_topics_left_over(
+        scenarios: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    # This venv's Python has no pyspark or psycopg2: jobs/migrate.py dies on its imports
+    # with exit 1, the number of LEFT_OVER, but without the relay's left-over lines.
+    monkeypatch.setenv("OUTBOX_RELAY_PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("OUTBOX_RELAY_PROFILE", scenarios["usage"]["profile"])
+    dag = load_dag(DAG_ID)
+    migrate = dag.get_task("migrate")
+    migrate.retries, migrate.retry_delay = 1, timedelta(0)  # one quick retry, to count it
+
+    run = run_dag(dag)
+
+    assert task_states(run) == {"migrate": "failed", "drain": "upstream_failed"}
+    (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "migrate"]
+    assert ti.try_number == 2, "retried once"
+    assert "relay exit 1 (without the relay's left-over lines" in capfd.readouterr().out

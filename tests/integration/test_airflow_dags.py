@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg2
+import pyspark
 import pytest
 
 from relay.config_load import ENV_OVERRIDES, build_config
@@ -146,6 +147,9 @@ def test_airflow_dags_drain_the_outbox(stack: StackInfo, databases: dict[str, st
         # The relay venv's spark-submit (the provider runs the one on PATH) and Python.
         "PATH": f"{relay_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         "OUTBOX_RELAY_PYSPARK_PYTHON": sys.executable,
+        # As a Spark installation sets it. Without it, pyspark's launcher scripts look for
+        # Spark with PYSPARK_PYTHON, and one without pyspark (a test's) would exit 127.
+        "SPARK_HOME": str(Path(pyspark.__file__).parent),
         "AIRFLOW_CONN_SPARK_RELAY_TEST": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "OUTBOX_RELAY_SPARK_CONN_ID": "spark_relay_test",
     }
