@@ -66,7 +66,7 @@ from airflow.sdk import DAG
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.append(str(Path(__file__).resolve().parent))
 
-from outbox_relay_operators import RELAY_HOME, RelaySparkSubmitOperator
+from outbox_relay_operators import RELAY_HOME, RelaySparkSubmitOperator, markdown_table
 
 PROFILE = os.environ.get("OUTBOX_RELAY_PROFILE") or str(RELAY_HOME / "conf" / "prod.toml")
 SPARK_CONN_ID = os.environ.get("OUTBOX_RELAY_SPARK_CONN_ID") or "spark_default"
@@ -74,6 +74,8 @@ PYSPARK_PYTHON = os.environ.get("OUTBOX_RELAY_PYSPARK_PYTHON")
 DATABRICKS_CONN_ID = os.environ.get("OUTBOX_RELAY_DATABRICKS_CONN_ID") or "databricks_default"
 DATABRICKS_JOB_NAME = os.environ.get("OUTBOX_RELAY_DATABRICKS_JOB_NAME") or "outbox-relay drain"
 
+# The UI's DAG docs: this docstring and the decision for every code, from the table itself.
+DOC_MD = f"{__doc__}\n{markdown_table()}\n"
 EVERY_5_MINUTES = "*/5 * * * *"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 # A failed drain is tried again soon: the next scheduled run is at most 5 minutes away.
@@ -87,7 +89,7 @@ def _job(name: str) -> str:
 with DAG(
     dag_id="outbox_relay_drain",
     description="Drain the PostgreSQL outbox to Kafka with spark-submit, after migrate",
-    doc_md=__doc__,
+    doc_md=DOC_MD,
     schedule=EVERY_5_MINUTES,
     start_date=START,
     catchup=False,  # a drain takes everything waiting: missed intervals need no run of their own
@@ -120,7 +122,7 @@ with DAG(
 with DAG(
     dag_id="outbox_relay_databricks",
     description="Drain the PostgreSQL outbox to Kafka with the Databricks bundle's drain job",
-    doc_md=__doc__,
+    doc_md=DOC_MD,
     schedule=EVERY_5_MINUTES,
     start_date=START,
     catchup=False,

@@ -4,6 +4,7 @@ kill reaches spark-submit as SIGTERM first."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -68,3 +69,11 @@ def test_a_kill_sends_sigterm_to_spark_submit_before_the_providers_sigkill() -> 
 
     assert hook._submit_sp.wait(timeout=5) == ExitCode.INTERRUPTED
     assert time.monotonic() - started < 20
+
+
+def test_the_dag_docstring_names_each_code_by_its_number() -> None:
+    doc = (REPO / "dags" / "outbox_relay.py").read_text(encoding="utf-8").split('"""')[1]
+    named = re.findall(r"\b(\d+) ([A-Z][A-Z_]*[A-Z])\b", doc)
+
+    assert {name for _, name in named} >= {"OK", "LEFT_OVER", "USAGE", "DEFECT"}
+    assert all(ExitCode[name] == int(number) for number, name in named)
