@@ -139,8 +139,8 @@ class RelaySparkSubmitOperator(SparkSubmitOperator):
             return
         except AirflowException as exc:
             process = self._hook._submit_sp if self._hook is not None else None
-            if process is None or process.returncode is None:
-                raise  # failed before spark-submit ran or without its status
+            if process is None or not process.returncode:
+                raise  # failed before spark-submit ran, or for another reason than its exit
             code = process.returncode
             decided = outcome(code, self.left_over)
             name = _describe(code, self.left_over)
