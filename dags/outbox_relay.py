@@ -8,8 +8,9 @@ profile's checkpoint):
   ``RelaySparkSubmitOperator`` (a ``SparkSubmitOperator``) in client deploy mode.
   The migrate step runs the project's ``jobs/migrate.py`` (the same as
   ``outbox-relay migrate``) through the same operator rather than the CLI: it needs the
-  same checkout (``schemas/``), Python, profile and environment as the drain, which
-  spark-submit already provides, and its exit codes go through the same table.
+  relay's Python (not Airflow's: the two venvs conflict), profile, environment and
+  network, as the drain does, which spark-submit already provides, and its exit codes
+  go through the same table.
 - ``outbox_relay_databricks``: the Databricks bundle's drain job
   (``resources/outbox_relay.job.yml``) through ``DatabricksRunNowOperator``. That job
   runs ``jobs/migrate.py`` and then ``jobs/relay.py --available-now`` as tasks of one
@@ -38,7 +39,7 @@ Settings, read from the environment when the DAG file is parsed (none is a secre
 credentials stay in the Spark connection, the worker's environment or Databricks
 secrets, as the profile's ``env:NAME`` references and ``RELAY_POSTGRES_PASSWORD`` do):
 
-- ``OUTBOX_RELAY_HOME``: the checkout holding jobs/, schemas/, conf/ (default: the
+- ``OUTBOX_RELAY_HOME``: the checkout holding jobs/, relay/, conf/ (default: the
   parent of this file's folder).
 - ``OUTBOX_RELAY_PROFILE``: the TOML profile (default ``conf/prod.toml`` under the home).
 - ``OUTBOX_RELAY_SPARK_CONN_ID`` (default ``spark_default``): the master, e.g. a Spark

@@ -22,7 +22,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-# The checkout the DAG runs from: jobs/, schemas/ and conf/ are there, and so is the
+# The checkout the DAG runs from: jobs/ and conf/ are there, and so is the
 # relay package whose exit-code table this module reads.
 RELAY_HOME = Path(os.environ.get("OUTBOX_RELAY_HOME") or Path(__file__).resolve().parents[1])
 if str(RELAY_HOME) not in sys.path:
