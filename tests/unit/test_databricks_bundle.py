@@ -79,6 +79,13 @@ def test_exactly_one_job_is_unpaused() -> None:
     assert status["outbox_relay_drain"] == "UNPAUSED"
 
 
+def test_airflow_pauses_the_drains_own_schedule_with_one_variable() -> None:
+    jobs = load_bundle({"drain_pause_status": "PAUSED"}).jobs
+    status = {k: (j.get("continuous") or j["schedule"])["pause_status"] for k, j in jobs.items()}
+    assert set(status.values()) == {"PAUSED"}, status
+    Job.from_dict(jobs["outbox_relay_drain"])
+
+
 def test_the_drain_is_scheduled_with_retries_and_a_timeout() -> None:
     job = BUNDLE.jobs["outbox_relay_drain"]
     relay_task = _script_task("outbox_relay_drain", "relay.py")
