@@ -16,7 +16,7 @@ profile's checkpoint):
   runs ``jobs/migrate.py`` and then ``jobs/relay.py --available-now`` as tasks of one
   run on one job cluster, so migrate precedes the drain inside the run; a separate
   Airflow task for it would start a second cluster every 5 minutes. Pause the job's
-  own schedule (``pause_status: PAUSED``) when Airflow triggers it.
+  own schedule when Airflow triggers it (``--var drain_pause_status=PAUSED``).
 
 Exit codes (``relay/exit_codes.py``; the decisions are ``outbox_relay_operators.POLICY``
 and the README's "Airflow" section):
