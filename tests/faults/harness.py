@@ -767,9 +767,11 @@ def _group_alive(pgid: int) -> bool:
 
 
 def start_relay(config: Config, workdir: Path, name: str, *, available_now: bool = False,
-                env: dict[str, str] | None = None) -> RelayProc:
+                env: dict[str, str] | None = None, submit_args: Sequence[str] = (),
+                cwd: Path = REPO) -> RelayProc:
     """Start a relay with `spark-submit --packages ... jobs/relay.py`, as production does
-    (README, "Running it"), in a new process group."""
+    (README, "Running it"), in a new process group. `submit_args` are spark-submit's own
+    (e.g. `--master`); `cwd` is the driver's working directory."""
     workdir.mkdir(parents=True, exist_ok=True)
     profile = write_profile(config, workdir / f"{name}.toml")
     submit = Path(sys.executable).parent / "spark-submit"
@@ -777,12 +779,12 @@ def start_relay(config: Config, workdir: Path, name: str, *, available_now: bool
     child_env = {k: v for k, v in os.environ.items() if k not in _RELAY_ENV}
     child_env.update({"PYSPARK_PYTHON": sys.executable, **(env or {})})
     log = workdir / f"{name}.log"
-    args = [str(submit), "--packages", spark_packages_conf(),
+    args = [str(submit), "--packages", spark_packages_conf(), *submit_args,
             str(REPO / "jobs" / "relay.py"), "--config", str(profile)]
     if available_now:
         args.append("--available-now")
     with log.open("ab") as out:
-        proc = subprocess.Popen(args, cwd=REPO, env=child_env, stdout=out,
+        proc = subprocess.Popen(args, cwd=cwd, env=child_env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     return RelayProc(name, proc, log)
