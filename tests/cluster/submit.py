@@ -96,6 +96,12 @@ def placement(cluster: StandaloneCluster, app_id: str) -> Placement:
     return Placement(executors, tasks, shipped)
 
 
+def running_tasks(cluster: StandaloneCluster, worker: Worker, app_id: str) -> int:
+    """Tasks the worker's executors of `app_id` logged as started and not yet finished."""
+    text = "".join(_log(d / "stderr") for d in cluster.app_dirs(app_id).get(worker.name, []))
+    return text.count("Running task ") - text.count("Finished task ")
+
+
 def _log(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8", errors="replace")

@@ -46,7 +46,7 @@ from tests.faults.harness import (
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
-MESSAGES = 6_000
+MESSAGES = 4_000
 PARTITIONS = (1, 3, 4)
 
 
@@ -78,7 +78,7 @@ def drained(cluster: StandaloneCluster, relay_zip: Path, cluster_db: ClusterDb,
     outbox = Outbox(cluster_db.admin_url)
     outbox.write(traffic(list(topics), MESSAGES, per_tx=25, keys=30, value_bytes=100, seed=10))
     outbox.close()
-    config = cluster_config(cluster_db, stack, list(topics), "drain", batch_size=400)
+    config = cluster_config(cluster_db, stack, list(topics), "drain", batch_size=700)
     started = time.monotonic()
     proc = submit(cluster, relay_zip, cluster_db, config, workdir, "drain", available_now=True)
     app_id = wait_application(cluster, config.spark.app_name, proc)

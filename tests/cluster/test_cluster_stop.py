@@ -44,7 +44,7 @@ from tests.faults.harness import (
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
-MESSAGES = 6_000
+MESSAGES = 4_000
 GRACE_S = 90.0  # the write in flight finishes, on a loaded 2-core machine
 
 
