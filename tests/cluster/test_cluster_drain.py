@@ -87,7 +87,7 @@ def drained(cluster: StandaloneCluster, relay_zip: Path, cluster_db: ClusterDb,
     seen = []
     while proc.alive() and time.monotonic() - started < 600:
         seen += worker_processes(cluster)
-        time.sleep(1.0)
+        time.sleep(0.5)
     code = proc.wait(60)
     drain_s = time.monotonic() - started
     records = read_all(stack.kafka_bootstrap, list(topics))
