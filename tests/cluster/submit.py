@@ -22,12 +22,13 @@ EXECUTOR_MEMORY = "768m"
 
 
 def cluster_config(db: ClusterDb, stack: StackInfo, topics: Sequence[str], name: str,
-                   **relay: Any) -> Config:
+                   bootstrap: str | None = None, **relay: Any) -> Config:
     """A profile whose ledger and checkpoint are relative paths: the driver resolves them
     against its own working directory, which no executor shares. Read in more tasks than
     one executor has cores, so both executors get work."""
     return relay_config(
-        db.relay_url, stack.kafka_bootstrap, Path("."), topics=topics, source_name=name,
+        db.relay_url, bootstrap or stack.kafka_bootstrap, Path("."), topics=topics,
+        source_name=name,
         ledger={"path": "ledger"},
         relay={"checkpoint_path": "checkpoint", "read_partitions": 4,
                "lock_timeout_s": 20, "heartbeat_interval_s": 2, **relay},
@@ -36,21 +37,32 @@ def cluster_config(db: ClusterDb, stack: StackInfo, topics: Sequence[str], name:
     )
 
 
+def with_kafka_secrets(config: Config, java: dict[str, str],
+                       librdkafka: dict[str, str]) -> Config:
+    """The profile names Kafka's secrets as `env:NAME`, resolved by the driver from its
+    own environment. model_copy does not validate, so the references stay unresolved
+    here, in the test process, and reach the profile as written."""
+    kafka = config.kafka.model_copy(update={"java_options": java,
+                                            "librdkafka_options": librdkafka})
+    return config.model_copy(update={"kafka": kafka})
+
+
 def driver_dir(workdir: Path) -> Path:
     """The driver's working directory: relative paths of the profile resolve here."""
     return workdir / "driver"
 
 
 def submit(cluster: StandaloneCluster, relay_zip: Path, db: ClusterDb, config: Config,
-           workdir: Path, name: str, *, available_now: bool = False) -> RelayProc:
+           workdir: Path, name: str, *, available_now: bool = False,
+           env: dict[str, str] | None = None) -> RelayProc:
     """`spark-submit --master spark://... --py-files relay.zip jobs/relay.py`, with the
-    database password in the driver's environment only."""
+    database password (and `env`) in the driver's environment only."""
     cwd = driver_dir(workdir)
     cwd.mkdir(parents=True, exist_ok=True)
     args = ["--master", cluster.url, "--py-files", str(relay_zip),
             "--conf", f"spark.executor.memory={EXECUTOR_MEMORY}"]
     return start_relay(config, workdir, name, available_now=available_now,
-                       env=db.driver_env, submit_args=args, cwd=cwd)
+                       env={**db.driver_env, **(env or {})}, submit_args=args, cwd=cwd)
 
 
 def application(cluster: StandaloneCluster, app_name: str) -> dict[str, Any] | None:
@@ -148,13 +160,14 @@ def worker_processes(cluster: StandaloneCluster,
     return seen
 
 
-def leaks(seen: Sequence[Seen], password: str, driver_cwd: Path) -> list[str]:
-    """What of the driver's a worker-side process has: the password anywhere in its
+def leaks(seen: Sequence[Seen], secrets: Sequence[str], driver_cwd: Path) -> list[str]:
+    """What of the driver's a worker-side process has: a secret anywhere in its
     environment or command line, a RELAY_* variable, or the driver's working directory."""
     found = []
     for p in seen:
-        if password in p.cmdline or any(password in v for v in p.env.values()):
-            found.append(f"pid {p.pid} holds the database password")
+        for n, secret in enumerate(secrets):
+            if secret in p.cmdline or any(secret in v for v in p.env.values()):
+                found.append(f"pid {p.pid} holds secret #{n}")
         found += [f"pid {p.pid} has {k}" for k in p.env if k.startswith("RELAY_")]
         if PASSWORD_ENV in p.env:
             found.append(f"pid {p.pid} has {PASSWORD_ENV}")

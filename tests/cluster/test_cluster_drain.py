@@ -1,6 +1,7 @@
 """A drain on the standalone cluster: every message delivered in per-key order, and the
 ledger exact, although the executors run in other JVMs, another working directory and a
-clean environment, and only the driver knows the database password.
+clean environment, and only the driver knows the credentials: the database password and
+the Kafka SASL login (a broker with SASL/PLAIN and ACLs), both from its environment.
 
 One drain, two verdicts: an independent consumer reading back what the broker holds, and
 the Delta ledger read from disk against the ids the test wrote."""
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AclOperation
 from pyspark.sql import SparkSession
 
 from relay.config import Config
@@ -29,13 +31,13 @@ from tests.cluster.submit import (
     placement,
     submit,
     wait_application,
+    with_kafka_secrets,
     worker_processes,
 )
 from tests.faults.conftest import Scenario
 from tests.faults.harness import (
     Outbox,
     Verdict,
-    create_topics,
     outbox_count,
     query,
     read_all,
@@ -43,11 +45,19 @@ from tests.faults.harness import (
     unique,
     verdict,
 )
+from tests.integration.sasl_broker import (
+    ADMIN,
+    RELAY,
+    SaslBroker,
+    sasl_broker_fixture,  # noqa: F401  (fixture)
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
 MESSAGES = 4_000
 PARTITIONS = (1, 3, 4)
+# The driver's environment alone holds these; the profile names them as env:NAME.
+JAAS_ENV, KAFKA_PASSWORD_ENV = "CLUSTER_KAFKA_JAAS", "CLUSTER_KAFKA_PASSWORD"
 
 
 @dataclass
@@ -59,6 +69,8 @@ class Drained:
     verdict: Verdict
     placement: Placement
     leaks: list[str]
+    profile_secrets: list[str]  # secrets found in the profile the driver was given
+    logged_secrets: list[str]  # daemon and executor logs that hold a secret
     processes_seen: int
     ledger: Counter[tuple[str, int, str]]
     written: dict[int, str]  # id -> topic
@@ -68,20 +80,36 @@ class Drained:
     figures: dict[str, Any] = field(default_factory=dict)
 
 
+def _logged(cluster: StandaloneCluster, secrets: list[str]) -> list[str]:
+    """The master's, workers' and executors' logs that hold any of `secrets`."""
+    logs = [*cluster.root.glob("*.log"), *cluster.root.glob("worker-*/work/*/*/std*")]
+    return [str(f) for f in logs if any(x in f.read_text(errors="replace") for x in secrets)]
+
+
 @pytest.fixture(scope="module")
 def drained(cluster: StandaloneCluster, relay_zip: Path, cluster_db: ClusterDb,
-            stack: StackInfo, spark: SparkSession,
+            stack: StackInfo, spark: SparkSession, sasl_broker: SaslBroker,
             tmp_path_factory: pytest.TempPathFactory) -> Drained:
     fixture_started = time.monotonic()
     workdir = tmp_path_factory.mktemp("cluster-drain")
     topics = {unique("cluster"): n for n in PARTITIONS}
-    create_topics(stack.kafka_bootstrap, topics)
+    sasl_broker.create_topics(topics)
+    for topic in topics:
+        sasl_broker.allow(RELAY, topic, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
+                          AclOperation.WRITE)
     outbox = Outbox(cluster_db.admin_url)
     outbox.write(traffic(list(topics), MESSAGES, per_tx=25, keys=30, value_bytes=100, seed=10))
     outbox.close()
-    config = cluster_config(cluster_db, stack, list(topics), "drain", batch_size=700)
+    java, librdkafka = sasl_broker.java_conf(RELAY), sasl_broker.librdkafka_conf(RELAY)
+    secrets = {JAAS_ENV: java["sasl.jaas.config"], KAFKA_PASSWORD_ENV: librdkafka["sasl.password"]}
+    config = with_kafka_secrets(
+        cluster_config(cluster_db, stack, list(topics), "drain", sasl_broker.bootstrap,
+                       batch_size=700),
+        java={**java, "sasl.jaas.config": f"env:{JAAS_ENV}"},
+        librdkafka={**librdkafka, "sasl.password": f"env:{KAFKA_PASSWORD_ENV}"})
     started = time.monotonic()
-    proc = submit(cluster, relay_zip, cluster_db, config, workdir, "drain", available_now=True)
+    proc = submit(cluster, relay_zip, cluster_db, config, workdir, "drain", available_now=True,
+                  env=secrets)
     app_id = wait_application(cluster, config.spark.app_name, proc)
     # What the worker-side processes hold while the drain runs.
     seen = []
@@ -90,14 +118,18 @@ def drained(cluster: StandaloneCluster, relay_zip: Path, cluster_db: ClusterDb,
         time.sleep(0.5)
     code = proc.wait(60)
     drain_s = time.monotonic() - started
-    records = read_all(stack.kafka_bootstrap, list(topics))
+    records = read_all(sasl_broker.bootstrap, list(topics),
+                       conf=sasl_broker.librdkafka_conf(ADMIN))
     ledger_path = driver_dir(workdir) / config.ledger.path
     rows = spark.read.format("delta").load(str(ledger_path)).select(
         "topic", "message_id", "outcome").collect()
     drain = Drained(
         config=config, exit_code=code, log_tail=proc.tail(), drain_s=drain_s,
         verdict=verdict(outbox, records), placement=placement(cluster, app_id),
-        leaks=sorted(set(leaks(seen, cluster_db.password, driver_dir(workdir)))),
+        leaks=sorted(set(leaks(seen, [cluster_db.password, RELAY[1]], driver_dir(workdir)))),
+        profile_secrets=[n for n in secrets if (workdir / "drain.toml").read_text().count(
+            secrets[n])],
+        logged_secrets=_logged(cluster, [cluster_db.password, RELAY[1]]),
         processes_seen=len({p.pid for p in seen}),
         ledger=Counter((r.topic, int(r.message_id), str(r.outcome)) for r in rows),
         written={i: w.msg.topic for i, w in outbox.written.items()},
@@ -128,7 +160,8 @@ def test_every_message_is_delivered_in_key_order_by_executors_in_the_workers(
         "spark-submit --master spark://127.0.0.1 (standalone master and 2 workers of 1 core, "
         "clean env, own cwd/HOME/SPARK_LOCAL_DIRS), --available-now; executors per worker "
         f"{d.placement.executors}, tasks per worker {d.placement.tasks}; only the driver had "
-        "the database password, which pg_hba required"))
+        "the database password, which pg_hba required, and the Kafka SASL login, which "
+        "the broker's ACLs required"))
 
     assert d.exit_code == ExitCode.OK, d.log_tail
     # Executors really ran in both workers' JVMs, with the relay shipped to them.
@@ -137,6 +170,8 @@ def test_every_message_is_delivered_in_key_order_by_executors_in_the_workers(
     assert all(d.placement.shipped.values()), d.placement
     assert d.processes_seen >= 2, "executor processes were seen under the workers"
     assert not d.leaks, d.leaks
+    assert not d.profile_secrets, d.profile_secrets
+    assert not d.logged_secrets, d.logged_secrets
     d.verdict.assert_clean(max_duplicates=0)  # no fault: not one duplicate
     assert d.outbox_left == 0
 

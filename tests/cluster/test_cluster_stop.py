@@ -86,7 +86,7 @@ def test_sigterm_to_the_spark_submit_pid_stops_the_cluster_relay_gracefully(
     locks = scalar(url, "SELECT count(*) FROM kafka_topic_info WHERE locked_by IS NOT NULL")
     sessions = scalar(url, "SELECT count(*) FROM relay_sessions")
     where = placement(cluster, app_id)
-    found = leaks(seen, cluster_db.password, driver_dir(tmp_path))
+    found = leaks(seen, [cluster_db.password], driver_dir(tmp_path))
     scenario.update(
         v.figures(), faults_injected=1, exit_code=code, stop_s=round(stop_s, 1),
         left_in_outbox=len(left), locks_left=locks, sessions_left=sessions,

@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -469,10 +469,13 @@ class Record:
         return int(self.headers[ID_HEADER])
 
 
-def read_all(bootstrap: str, topics: Sequence[str], timeout_s: float = 300.0) -> list[Record]:
+def read_all(bootstrap: str, topics: Sequence[str], timeout_s: float = 300.0,
+             conf: Mapping[str, str] | None = None) -> list[Record]:
     """Every record of `topics` up to their current end, read with partitions assigned
-    directly (no consumer group) from the low to the high watermark."""
+    directly (no consumer group) from the low to the high watermark. `conf` adds client
+    settings (e.g. SASL credentials)."""
     consumer = Consumer({
+        **(conf or {}),
         "bootstrap.servers": bootstrap,
         "group.id": unique("fault-verify"),
         "enable.auto.commit": False,
@@ -484,7 +487,7 @@ def read_all(bootstrap: str, topics: Sequence[str], timeout_s: float = 300.0) ->
     try:
         ends: dict[tuple[str, int], int] = {}
         assign = []
-        for (topic, p), high in high_watermarks(bootstrap, topics).items():
+        for (topic, p), high in high_watermarks(bootstrap, topics, conf).items():
             low, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
             if high > low:
                 ends[(topic, p)] = high
@@ -836,11 +839,13 @@ def ledger_entries(spark: Any, config: Config) -> list[tuple[str, int, str]]:
         db.close()
 
 
-def high_watermarks(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:
+def high_watermarks(bootstrap: str, topics: Sequence[str],
+                    conf: Mapping[str, str] | None = None) -> dict[tuple[str, int], int]:
     """The current end offset of every partition of `topics`: the log's end, records of
     open transactions included (a read_committed consumer is told the stable offset).
     A topic the broker does not know fails the test: reading it would find nothing."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("fault-marks"),
+    consumer = Consumer({**(conf or {}), "bootstrap.servers": bootstrap,
+                         "group.id": unique("fault-marks"),
                          "isolation.level": "read_uncommitted"})
     try:
         metadata = consumer.list_topics(timeout=30)
