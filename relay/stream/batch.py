@@ -63,8 +63,8 @@ class BatchProcessor:
         self.failure: BaseException | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        with self.stop.between_batches():
-            if self.stop.requested:
+        with self.stop.batch_body() as may_run:
+            if not may_run:
                 return
             try:
                 self.run_once()

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 EXIT_AT_ONCE = ExitCode.AT_ONCE
 _ECHO_WINDOW_S = 1.0
+# How often a batch body waiting for the runner's turn looks at the stop flag.
+_BODY_POLL_S = 0.1
 
 
 class StopSignal:
@@ -64,6 +66,24 @@ class StopSignal:
     def between_batches(self) -> Iterator[None]:
         with self._batch:
             yield
+
+    @contextmanager
+    def batch_body(self) -> Iterator[bool]:
+        """Held by a batch body; yields whether it may run (False once a stop is requested).
+
+        Never waits on the runner: once a stop is requested the runner holds
+        between_batches() inside query.stop(), which waits for Spark's stream thread, the
+        very thread that calls this body for the next micro-batch. Blocking here stalled
+        every such stop for spark.sql.streaming.stopTimeout (60 s), seen on a standalone
+        cluster where the next batch often reaches its body before the interrupt lands."""
+        while not self._batch.acquire(timeout=_BODY_POLL_S):
+            if self.requested:
+                yield False
+                return
+        try:
+            yield not self.requested
+        finally:
+            self._batch.release()
 
     def wait(self, timeout: float) -> bool:
         return self._event.wait(timeout)

@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -468,10 +468,13 @@ class Record:
         return int(self.headers[ID_HEADER])
 
 
-def read_all(bootstrap: str, topics: Sequence[str], timeout_s: float = 300.0) -> list[Record]:
+def read_all(bootstrap: str, topics: Sequence[str], timeout_s: float = 300.0,
+             conf: Mapping[str, str] | None = None) -> list[Record]:
     """Every record of `topics` up to their current end, read with partitions assigned
-    directly (no consumer group) from the low to the high watermark."""
+    directly (no consumer group) from the low to the high watermark. `conf` adds client
+    settings (e.g. SASL credentials)."""
     consumer = Consumer({
+        **(conf or {}),
         "bootstrap.servers": bootstrap,
         "group.id": unique("fault-verify"),
         "enable.auto.commit": False,
@@ -483,7 +486,7 @@ def read_all(bootstrap: str, topics: Sequence[str], timeout_s: float = 300.0) ->
     try:
         ends: dict[tuple[str, int], int] = {}
         assign = []
-        for (topic, p), high in high_watermarks(bootstrap, topics).items():
+        for (topic, p), high in high_watermarks(bootstrap, topics, conf).items():
             low, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
             if high > low:
                 ends[(topic, p)] = high
@@ -766,9 +769,11 @@ def _group_alive(pgid: int) -> bool:
 
 
 def start_relay(config: Config, workdir: Path, name: str, *, available_now: bool = False,
-                env: dict[str, str] | None = None) -> RelayProc:
+                env: dict[str, str] | None = None, submit_args: Sequence[str] = (),
+                cwd: Path = REPO) -> RelayProc:
     """Start a relay with `spark-submit jobs/relay.py`, as production does (README,
-    "Running it"; the jars come from spark-defaults.conf), in a new process group."""
+    "Running it"; the jars come from spark-defaults.conf), in a new process group.
+    `submit_args` are spark-submit's own (e.g. `--master`); `cwd` is the driver's."""
     workdir.mkdir(parents=True, exist_ok=True)
     profile = write_profile(config, workdir / f"{name}.toml")
     submit = Path(sys.executable).parent / "spark-submit"
@@ -776,11 +781,11 @@ def start_relay(config: Config, workdir: Path, name: str, *, available_now: bool
     child_env = {k: v for k, v in os.environ.items() if k not in _RELAY_ENV}
     child_env.update({"PYSPARK_PYTHON": sys.executable, **(env or {})})
     log = workdir / f"{name}.log"
-    args = [str(submit), str(REPO / "jobs" / "relay.py"), "--config", str(profile)]
+    args = [str(submit), *submit_args, str(REPO / "jobs" / "relay.py"), "--config", str(profile)]
     if available_now:
         args.append("--available-now")
     with log.open("ab") as out:
-        proc = subprocess.Popen(args, cwd=REPO, env=child_env, stdout=out,
+        proc = subprocess.Popen(args, cwd=cwd, env=child_env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     return RelayProc(name, proc, log)
@@ -832,11 +837,13 @@ def ledger_entries(spark: Any, config: Config) -> list[tuple[str, int, str]]:
         db.close()
 
 
-def high_watermarks(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:
+def high_watermarks(bootstrap: str, topics: Sequence[str],
+                    conf: Mapping[str, str] | None = None) -> dict[tuple[str, int], int]:
     """The current end offset of every partition of `topics`: the log's end, records of
     open transactions included (a read_committed consumer is told the stable offset).
     A topic the broker does not know fails the test: reading it would find nothing."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("fault-marks"),
+    consumer = Consumer({**(conf or {}), "bootstrap.servers": bootstrap,
+                         "group.id": unique("fault-marks"),
                          "isolation.level": "read_uncommitted"})
     try:
         metadata = consumer.list_topics(timeout=30)

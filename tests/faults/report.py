@@ -73,7 +73,8 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         "# Fault-injection figures",
         "",
-        "Written by `tests/faults` (see the README, \"Fault tests\"); the numbers of the last",
+        "Written by `tests/faults` and, for the `10-cluster` rows, `tests/cluster` (see the",
+        "README, \"Fault tests\"); the numbers of the last",
         "run of each scenario, details in `faults.json`. *Delivered* counts distinct",
         "messages a fresh consumer read; *duplicated* counts the extra copies; *lost* are",
         "messages written but never delivered (must be 0). Order violations count messages",

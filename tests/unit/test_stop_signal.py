@@ -88,6 +88,33 @@ def test_between_batches_waits_for_the_batch_in_flight() -> None:
     assert not t.is_alive() and order == ["batch done", "stop"]
 
 
+def test_a_batch_body_never_waits_on_a_runner_that_is_stopping_the_query() -> None:
+    """The runner holds between_batches() inside query.stop(), which waits for the stream
+    thread; a body that Spark starts on that thread must give up at once, not wait."""
+    stop = StopSignal()
+    stop.request("SIGTERM")
+    ran: list[bool] = []
+    with stop.between_batches():  # the runner, stopping the query
+        body = threading.Thread(target=lambda: ran.append(_enter(stop)))
+        body.start()
+        body.join(10)
+        assert not body.is_alive(), "the body waited for the runner"
+    assert ran == [False]
+
+
+def test_a_batch_body_runs_when_no_stop_is_requested_and_takes_the_turn() -> None:
+    stop = StopSignal()
+    with stop.batch_body() as may_run:
+        assert may_run
+        assert not stop._batch.acquire(blocking=False), "the body holds the turn"
+    assert stop._batch.acquire(blocking=False)
+
+
+def _enter(stop: StopSignal) -> bool:
+    with stop.batch_body() as may_run:
+        return may_run
+
+
 @pytest.mark.parametrize("text", [
     "ExitCodeException exitCode=143: chmod",
     'Cannot run program "chmod": error=0, Failed to exec spawn helper: pid: 31007, signal: 15',
