@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
@@ -42,3 +43,19 @@ def stack(spark_defaults: None) -> Iterator[StackInfo]:
     yield info
     if not was_up and os.environ.get("RELAY_KEEP_STACK") != "1":
         relay.stack.down()
+
+
+# The time of each tier (tests/<tier>/...), setup and teardown included, for CI's log:
+# the suite must fit its budget, and this says which tier to trim.
+_TIER_SECONDS: defaultdict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    parts = report.nodeid.split("/")
+    _TIER_SECONDS[parts[1] if len(parts) > 2 else parts[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_sep("-", "time per tier")
+    for tier, seconds in sorted(_TIER_SECONDS.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{tier}: {seconds:.0f} s")
