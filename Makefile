@@ -6,11 +6,12 @@ PY := $(VENV)/bin/python
 
 setup: $(VENV)/.installed
 
+# Last step: the Spark packages, once, into the user's cache and the venv's
+# spark-defaults.conf (`outbox-relay jars --install`).
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[spark,local,test]'
-	# The Spark packages, once, into the user's cache and the venv's spark-defaults.conf.
 	$(VENV)/bin/outbox-relay jars --install
 	touch $@
 
