@@ -4,7 +4,7 @@ Starts the bench's own local stack, runs the workloads against every contender a
 writes reports/bench.json, reports/bench.md and the plots. ``--quick`` uses about a
 tenth of the data and marks the report as quick. ``--rerun --only W2`` measures W2 again
 (every contender of it) and replaces it in the existing report, which records when and
-why (``--reason``).
+why (``--reason``). It refuses a busy machine unless ``--force`` (bench/quiet.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from bench import report
 from bench.env import BenchEnv
+from bench.quiet import check_quiet
 from bench.workloads import Profiles, Scale, Workloads
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,6 +77,7 @@ def rerun(args: argparse.Namespace) -> int:
     if results["meta"]["quick"] != args.quick:
         raise SystemExit("a rerun must use the report's own scale (--quick or not)")
     started = dt.datetime.now().isoformat(timespec="seconds")
+    quiet = check_quiet(args.force)
     load_start = [round(x, 2) for x in os.getloadavg()]
     env = BenchEnv.start()
     workloads = Workloads(env, Scale(quick=args.quick), proposals=args.proposals)
@@ -87,7 +89,7 @@ def rerun(args: argparse.Namespace) -> int:
         "workloads": only, "started": started,
         "finished": dt.datetime.now().isoformat(timespec="seconds"),
         "sysload_start": load_start, "sysload_end": [round(x, 2) for x in os.getloadavg()],
-        "git": git, "dirty": dirty, "reason": args.reason or "",
+        "git": git, "dirty": dirty, "reason": args.reason or "", "quiet_check": quiet,
     })
     report.write(results, Path(args.out))
     print(f"[bench] replaced {', '.join(only)} in {path}")
@@ -101,10 +103,13 @@ def run(args: argparse.Namespace) -> int:
     scale = Scale(quick=args.quick)
     started = time.time()
     git, dirty = _git()
+    quiet = check_quiet(args.force)
     env = BenchEnv.start()
     results: dict[str, Any] = {
         "meta": {
             "quick": args.quick,
+            "quiet_check": quiet,
+            "forced": quiet["forced"],
             "started": dt.datetime.now().isoformat(timespec="seconds"),
             "machine": {"cores": os.cpu_count(), "mem_gib": _mem_gib()},
             "sysload_start": [round(x, 2) for x in os.getloadavg()],
@@ -179,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--rerun", action="store_true",
                    help="measure the --only workloads again, replacing them in --out's report")
     r.add_argument("--reason", help="with --rerun: why, recorded in the report")
+    r.add_argument("--force", action="store_true",
+                   help="start on a busy machine anyway; the report is marked as forced")
     rep = sub.add_parser("report", help="rewrite bench.md and the plots from bench.json")
     rep.add_argument("--out", default=str(REPO / "reports"))
     args = p.parse_args(argv)

@@ -7,7 +7,7 @@ What Deimos v2 (``Deimos::Utils::DbProducer``) does, on one thread:
   ``UPDATE ... WHERE topic = ? AND ((locked_by IS NULL AND error = false) OR
   locked_at < one minute ago)`` using the host's clock, as Deimos does;
 * while the last batch was full: select the first 1000 rows of the topic in id
-  order, produce them synchronously (acks=all: produce, then flush), delete the
+  order, produce them synchronously (acks=all, idempotent: produce, then flush), delete the
   sent ids in groups of 10 (``DELETE_BATCH_SIZE``), heartbeat ``locked_at``;
 * release the lock (or register the error), move on; after all topics, update
   ``last_processed_at`` of the idle ones and sleep 0.5 s.
@@ -95,13 +95,15 @@ class DbProducer:
         self.id = str(uuid.uuid4())
         self.conn: psycopg2.extensions.connection = psycopg2.connect(url)
         self.conn.autocommit = True
-        # Deimos produces synchronously with all-broker acks; no idempotence or
-        # compression by default. librdkafka's `consistent` partitioner is crc32, as
+        # Deimos produces synchronously with all-broker acks. Idempotence is on, as the
+        # relay has it (issue 10: the peer pays for the same guarantee); no compression,
+        # Deimos's default. librdkafka's `consistent` partitioner is crc32, as
         # ruby-kafka's default is.
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
                 "acks": "all",
+                "enable.idempotence": True,
                 "partitioner": "consistent",
                 "linger.ms": 5,
             }

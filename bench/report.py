@@ -139,6 +139,10 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
     if meta["quick"]:
         lines += ["> **Quick run.** Iteration figures on a tenth of the data; the full run "
                   "is `python -m bench run`.", ""]
+    if meta.get("forced"):
+        why = "; ".join(meta["quiet_check"]["why_forced"]).replace("\n", " ")
+        lines += [f"> **Forced run** (`--force`) on a machine that was not quiet: {why}. "
+                  "Its figures may favour one contender.", ""]
     lines += [
         f"Run {meta['started']} to {meta['finished']} ({meta['duration_s'] / 60:.0f} min), "
         f"by `python -m bench run{' --quick' if meta['quick'] else ''}`. Machine: "

@@ -1,0 +1,28 @@
+"""The benchmark's quiet-machine gate finds rival pytest and Spark processes, but never
+the benchmark's own process or the shell that started it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.quiet import rival_processes
+
+
+def _proc(root: Path, pid: int, ppid: int, *argv: str) -> None:
+    d = root / str(pid)
+    d.mkdir(parents=True)
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (d / "stat").write_text(f"{pid} ({argv[0][:15]}) S {ppid} 1 1 0 -1\n")
+
+
+def test_rivals_are_found_and_the_own_tree_is_not(tmp_path: Path) -> None:
+    _proc(tmp_path, 1, 0, "init")
+    _proc(tmp_path, 10, 1, "bash")
+    _proc(tmp_path, 20, 10, "python", "-m", "pytest", "-m", "bench")  # starts the bench
+    _proc(tmp_path, 30, 20, "python", "-m", "bench", "run")  # the benchmark itself
+    _proc(tmp_path, 40, 1, "python", "-m", "pytest", "tests")
+    _proc(tmp_path, 50, 1, "java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "a.py")
+    _proc(tmp_path, 60, 1, "postgres", "-D", "data")
+    (tmp_path / "self").mkdir()
+    found = rival_processes(tmp_path, own=30)
+    assert sorted(line.split(":")[0] for line in found) == ["40", "50"]
