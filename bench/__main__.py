@@ -25,7 +25,8 @@ from bench.quiet import check_quiet
 from bench.workloads import Profiles, Scale, Workloads
 
 REPO = Path(__file__).resolve().parents[1]
-ALL = ("W1", "W2", "W3", "W4")
+# W1H and W3H: W1 and W3 with the horizon held by an open transaction (bench/horizon.py).
+ALL = ("W1", "W1H", "W2", "W3", "W3H", "W4")
 
 
 def _git() -> tuple[str, bool]:

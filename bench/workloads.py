@@ -8,6 +8,7 @@ fresh topics; backlogs are inserted before it starts and are not measured.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -15,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from bench import limits
 from bench.backlog import Backlog, load
 from bench.env import BenchEnv, LockWatch, OffsetWatch, connect
+from bench.horizon import HeldHorizon
 from bench.latency import LatencyConsumer, Load, generate, percentiles, read_generated
 from bench.relay_proc import RelayProcess, launch
 from relay.config import Config
@@ -36,6 +38,8 @@ PEER = "peer"
 PEER_BATCH = "peer, one delete per batch"
 PG_LIMIT = "PostgreSQL limit"
 KAFKA_LIMIT = "Kafka limit"
+# Issue 10: the peer's held-horizon runs stop here and are reported as capped.
+PEER_HELD_CAP_S = 15 * 60
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,15 @@ class Outcome:
         }
 
 
+@contextlib.contextmanager
+def _horizon(url: str, held: bool) -> Iterator[HeldHorizon | None]:
+    if not held:
+        yield None
+        return
+    with HeldHorizon(url) as horizon:
+        yield horizon
+
+
 def _log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -166,22 +179,24 @@ class Workloads:
         partitions: int,
         proposals: bool,
         available_now_deadline_s: float = 60.0,
+        held: bool = False,
     ) -> Outcome:
         env = self.env
         url = env.fresh_database(label)
-        seconds_load = load(url, backlog)
-        config = self._config(
-            workload, url, label, relay={"available_now_deadline_s": available_now_deadline_s}
-        )
-        watch = OffsetWatch(env.admin, backlog.topics, partitions).start()
-        locks_watch = LockWatch(url).start()
-        load_before = _sys_load()
-        proc = launch(
-            config, env.run_dir(label), "--available-now", extra_env=_relay_env(proposals)
-        )
-        code = proc.wait(timeout_s=3600)
-        watch.stop()
-        locks_watch.stop()
+        with _horizon(url, held) as horizon:
+            seconds_load = load(url, backlog)
+            config = self._config(
+                workload, url, label, relay={"available_now_deadline_s": available_now_deadline_s}
+            )
+            watch = OffsetWatch(env.admin, backlog.topics, partitions).start()
+            locks_watch = LockWatch(url).start()
+            load_before = _sys_load()
+            proc = launch(
+                config, env.run_dir(label), "--available-now", extra_env=_relay_env(proposals)
+            )
+            code = proc.wait(timeout_s=3600)
+            watch.stop()
+            locks_watch.stop()
         outcome = self._drain_outcome(
             RELAY_PROPOSED if proposals else RELAY, backlog, watch, proc.launched_at,
             proc.exited_at or time.time(), url, locks_watch.first_lock_at,
@@ -190,6 +205,8 @@ class Workloads:
             exit_code=code, load_s=round(seconds_load, 1), sysload_before=load_before,
             sysload_after=_sys_load(), **proc.summary(), log=str(proc.log),
         )
+        if horizon is not None:
+            outcome.extra["horizon"] = horizon.to_json()
         env.drop_database(url)
         return outcome
 
@@ -225,34 +242,42 @@ class Workloads:
             },
         )
 
-    def _drain_peer(self, label: str, backlog: Backlog, partitions: int, delete: str) -> Outcome:
+    def _drain_peer(self, label: str, backlog: Backlog, partitions: int, delete: str,
+                    held: bool = False) -> Outcome:
         env = self.env
         url = env.fresh_database(label)
-        seconds_load = load(url, backlog)
         run_dir = env.run_dir(label)
-        watch = OffsetWatch(env.admin, backlog.topics, partitions).start()
-        locks_watch = LockWatch(url).start()
-        load_before = _sys_load()
-        started = time.time()
-        subprocess.run(
-            [sys.executable, "-m", "bench.peer", "--url", url, "--bootstrap",
-             env.stack.kafka_bootstrap, "--delete", delete, "--drain",
-             "--stats", str(run_dir / "peer.json")],
-            cwd=REPO, check=True,
-        )
-        ended = time.time()
-        watch.stop()
-        locks_watch.stop()
+        capped = False
+        with _horizon(url, held) as horizon:
+            seconds_load = load(url, backlog)
+            watch = OffsetWatch(env.admin, backlog.topics, partitions).start()
+            locks_watch = LockWatch(url).start()
+            load_before = _sys_load()
+            started = time.time()
+            try:
+                subprocess.run(
+                    [sys.executable, "-m", "bench.peer", "--url", url, "--bootstrap",
+                     env.stack.kafka_bootstrap, "--delete", delete, "--drain",
+                     "--stats", str(run_dir / "peer.json")],
+                    cwd=REPO, check=True, timeout=PEER_HELD_CAP_S if held else None,
+                )
+            except subprocess.TimeoutExpired:
+                capped = True  # its figure is then an upper bound of its rate
+            ended = time.time()
+            watch.stop()
+            locks_watch.stop()
         name = PEER if delete == "groups" else PEER_BATCH
         outcome = self._drain_outcome(name, backlog, watch, started, ended, url,
                                       locks_watch.first_lock_at)
-        stats = json.loads((run_dir / "peer.json").read_text())
-        outcome.extra.update(
-            load_s=round(seconds_load, 1), sysload_before=load_before,
-            sysload_after=_sys_load(), phases_s={k: round(v, 2) for k, v in
-                                                 stats["seconds"].items()},
-            batches=stats["batches"],
-        )
+        outcome.extra.update(load_s=round(seconds_load, 1), sysload_before=load_before,
+                             sysload_after=_sys_load(), capped_at_s=PEER_HELD_CAP_S if capped
+                             else None)
+        if not capped:
+            stats = json.loads((run_dir / "peer.json").read_text())
+            outcome.extra.update(phases_s={k: round(v, 2) for k, v in stats["seconds"].items()},
+                                 batches=stats["batches"])
+        if horizon is not None:
+            outcome.extra["horizon"] = horizon.to_json()
         env.drop_database(url)
         return outcome
 
@@ -284,8 +309,10 @@ class Workloads:
 
     def _drain_all(
         self, workload: str, rows: int, n_topics: int, keys: int, partitions: int,
-        deadline_s: float = 60.0,
+        deadline_s: float = 60.0, held: bool = False,
     ) -> list[Outcome]:
+        """Every contender on the same backlog; the limits too unless the horizon is held
+        (a limit reads and deletes once, where a held horizon costs nothing)."""
         results: list[Outcome] = []
 
         def backlog_for(label: str) -> Backlog:
@@ -295,16 +322,16 @@ class Workloads:
 
         def relay_run(proposals: bool) -> Callable[[str], Outcome]:
             return lambda label: self._drain_relay(
-                workload, label, backlog_for(label), partitions, proposals, deadline_s
+                workload, label, backlog_for(label), partitions, proposals, deadline_s, held
             )
 
         runs: list[tuple[str, Callable[[str], Outcome]]] = [
             (name, relay_run(proposals)) for name, proposals in self._relay_variants()
         ]
         runs.append((PEER, lambda label: self._drain_peer(
-            label, backlog_for(label), partitions, "groups")))
+            label, backlog_for(label), partitions, "groups", held)))
         runs.append((PEER_BATCH, lambda label: self._drain_peer(
-            label, backlog_for(label), partitions, "batch")))
+            label, backlog_for(label), partitions, "batch", held)))
         for i, (name, run) in enumerate(runs):
             label = f"{workload.lower()}-{i}"
             _log(f"{workload}: {name} on {rows} rows")
@@ -314,6 +341,8 @@ class Workloads:
                  f"{outcome.extra.get('end_to_end_msgs_per_s')} msg/s")
             results.append(outcome)
             self.env.delete_topics(self.env.topic_names(label, n_topics))
+        if held:
+            return results
         _log(f"{workload}: limits")
         limit_topics = tuple(self.env.topic_names(f"{workload}-lim", n_topics))
         limit_backlog = Backlog(rows, limit_topics, keys)
@@ -326,16 +355,25 @@ class Workloads:
     def w1(self) -> list[Outcome]:
         return self._drain_all("W1", self.scale.w1_rows, W1_TOPICS, W1_KEYS, W1_PARTITIONS)
 
+    def w1h(self) -> list[Outcome]:
+        """W1 with the horizon held for the whole run (bench/horizon.py)."""
+        return self._drain_all("W1H", self.scale.w1_rows, W1_TOPICS, W1_KEYS, W1_PARTITIONS,
+                               held=True)
+
     # --- W3 ------------------------------------------------------------------------
-    def w3(self) -> list[Outcome]:
+    def w3(self, held: bool = False) -> list[Outcome]:
         n = self.scale.w3_topics
         outcomes = self._drain_all(
-            "W3", n * W3_PER_TOPIC, n, W3_KEYS, W3_PARTITIONS, deadline_s=120
+            "W3H" if held else "W3", n * W3_PER_TOPIC, n, W3_KEYS, W3_PARTITIONS,
+            deadline_s=120, held=held,
         )
         for o in outcomes:
             o.extra["topics"] = n
             o.extra["ms_per_topic"] = round(1000 * o.seconds / n, 2)
         return outcomes
+
+    def w3h(self) -> list[Outcome]:
+        return self.w3(held=True)
 
     # --- W2 ------------------------------------------------------------------------
     def w2(self) -> list[Outcome]:
