@@ -6,11 +6,17 @@
   key, payload and the relay's three reserved headers) with the relay's linger,
   batch size and compression. No PostgreSQL.
 
-The relay can't beat the smaller of the two.
+* The pipeline (issue 10): both in one process, as a relay must do them. ``COPY`` out
+  in id order, each row produced as it arrives, then one set ``DELETE`` once Kafka has
+  acknowledged everything. PostgreSQL and Kafka share the machine's cores, so this is
+  the ceiling that matters.
+
+The relay can't beat the smaller of the first two, nor, on this machine, the pipeline.
 """
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -144,3 +150,122 @@ def _send_all(bootstrap: str, prepared: Prepared, kafka: KafkaConfig, suffix: st
     if left or failed:
         raise RuntimeError(f"Kafka limit run failed: {failed[:1]} {left} left")
     return seconds
+
+
+READ_TO_SEND = """
+COPY (SELECT id, topic, message, key, created_at::text FROM kafka_messages ORDER BY id)
+TO STDOUT (FORMAT binary)
+"""
+_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+_HEADER = len(_SIGNATURE) + 8  # flags and header-extension length, both int32
+
+
+@dataclass(frozen=True)
+class PipelineLimit:
+    rows: int
+    copy_and_produce_s: float
+    flush_s: float
+    delete_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.copy_and_produce_s + self.flush_s + self.delete_s
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.rows / self.seconds
+
+
+class _ProducingSink:
+    """Parses COPY's binary rows as psycopg2 hands over chunks, producing each row."""
+
+    def __init__(self, producer: Producer, on_delivery: Any) -> None:
+        self._producer = producer
+        self._on_delivery = on_delivery
+        self._buf = bytearray()
+        self._pos = _HEADER
+        self.rows = 0
+        self.max_id = 0
+
+    def write(self, data: bytes) -> int:
+        self._buf += data
+        self._drain()
+        return len(data)
+
+    def _drain(self) -> None:
+        buf, pos = self._buf, self._pos
+        while True:
+            fields = self._row(buf, pos)
+            if fields is None:
+                break
+            pos, (raw_id, topic, message, key, created) = fields
+            if raw_id is None:  # the trailer (-1 fields)
+                break
+            row_id = struct.unpack(">q", raw_id)[0]
+            headers: list[tuple[str, str | bytes | None]] = [
+                ("outbox-relay.id", str(row_id).encode()),
+                       ("outbox-relay.source", b"bench"),
+                       ("outbox-relay.created-at", created or b"")]
+            while True:
+                try:
+                    self._producer.produce((topic or b"").decode(), message, key,
+                                           headers=headers, on_delivery=self._on_delivery)
+                    break
+                except BufferError:
+                    self._producer.poll(0.01)
+            self.rows += 1
+            self.max_id = row_id
+            if self.rows % 10_000 == 0:
+                self._producer.poll(0)
+        del buf[:pos]
+        self._pos = 0
+
+    @staticmethod
+    def _row(buf: bytearray, pos: int) -> tuple[int, list[bytes | None]] | None:
+        if len(buf) < pos + 2:
+            return None
+        count = struct.unpack_from(">h", buf, pos)[0]
+        if count == -1:
+            return pos + 2, [None] * 5
+        pos += 2
+        fields: list[bytes | None] = []
+        for _ in range(count):
+            if len(buf) < pos + 4:
+                return None
+            size = struct.unpack_from(">i", buf, pos)[0]
+            pos += 4
+            if size == -1:
+                fields.append(None)
+                continue
+            if len(buf) < pos + size:
+                return None
+            fields.append(bytes(buf[pos:pos + size]))
+            pos += size
+        return pos, fields
+
+
+def pipeline_limit(url: str, bootstrap: str, kafka: KafkaConfig) -> PipelineLimit:
+    """COPY out, produce, one set delete: everything waiting in `url`'s outbox."""
+    producer = Producer(librdkafka_producer_conf(bootstrap, kafka))
+    failed: list[KafkaError] = []
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            failed.append(err)
+
+    sink = _ProducingSink(producer, on_delivery)
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            t0 = time.perf_counter()
+            cur.copy_expert(READ_TO_SEND, sink)
+            t1 = time.perf_counter()
+            left = producer.flush(300)
+            t2 = time.perf_counter()
+            if left or failed:
+                raise RuntimeError(f"pipeline limit run failed: {failed[:1]} {left} left")
+            cur.execute("DELETE FROM kafka_messages WHERE id <= %s", (sink.max_id,))
+            t3 = time.perf_counter()
+    finally:
+        conn.close()
+    return PipelineLimit(sink.rows, t1 - t0, t2 - t1, t3 - t2)

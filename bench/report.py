@@ -12,7 +12,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bench.workloads import KAFKA_LIMIT, PEER, PEER_BATCH, PG_LIMIT, RELAY, RELAY_PROPOSED
+from bench.workloads import (
+    KAFKA_LIMIT,
+    PEER,
+    PEER_BATCH,
+    PG_LIMIT,
+    PIPELINE_LIMIT,
+    RELAY,
+    RELAY_PROPOSED,
+)
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 NOTES = "bench.notes.md"
@@ -28,6 +36,14 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
+def _ceiling(o: dict[str, dict[str, Any]]) -> float:
+    """The pipeline limit when measured (PostgreSQL and Kafka on the same cores), else the
+    smaller of the two measured alone (reports from before issue 10)."""
+    if PIPELINE_LIMIT in o:
+        return float(o[PIPELINE_LIMIT]["msgs_per_s"])
+    return float(min(o[PG_LIMIT]["msgs_per_s"], o[KAFKA_LIMIT]["msgs_per_s"]))
+
+
 def figures(results: dict[str, Any]) -> dict[str, Any]:
     """The ratios the issue asks for, for the relay and (if run) the relay with proposals."""
     w = results.get("workloads", {})
@@ -38,7 +54,7 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             o = _by_name(w["W1"])
             if variant in o:
                 r = o[variant]["msgs_per_s"]
-                lim = min(o[PG_LIMIT]["msgs_per_s"], o[KAFKA_LIMIT]["msgs_per_s"])
+                lim = _ceiling(o)
                 f["w1_msgs_per_s"] = r
                 f["w1_startup_s"] = o[variant].get("startup_s")
                 f["w1_steady_msgs_per_s"] = o[variant].get("steady_msgs_per_s")
@@ -60,7 +76,7 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             o = _by_name(w["W3"])
             if variant in o:
                 r = o[variant]["msgs_per_s"]
-                lim = min(o[PG_LIMIT]["msgs_per_s"], o[KAFKA_LIMIT]["msgs_per_s"])
+                lim = _ceiling(o)
                 f["w3_msgs_per_s"] = r
                 f["w3_relay_over_peer"] = _ratio(r, o[PEER]["msgs_per_s"])
                 f["w3_relay_over_peer_batch"] = _ratio(r, o[PEER_BATCH]["msgs_per_s"])
@@ -277,6 +293,9 @@ def _drain_table(title: str, outcomes: list[dict[str, Any]], figs: dict[str, Any
         notes = ""
         if c["contender"] == PG_LIMIT:
             notes = f"read {c['read_s']} s, delete {c['delete_s']} s"
+        elif c["contender"] == PIPELINE_LIMIT:
+            notes = (f"COPY and produce {c['copy_and_produce_s']} s, flush {c['flush_s']} s, "
+                     f"delete {c['delete_s']} s")
         elif "phases_s" in c:
             notes = ", ".join(f"{k} {v} s" for k, v in c["phases_s"].items() if v >= 0.5)
         elif "batches" in c:
@@ -390,15 +409,15 @@ def plots(results: dict[str, Any], out_dir: Path) -> list[str]:
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     ax = axes[0]
     groups = [k for k in ("W1", "W3") if k in w]
-    names = [RELAY, RELAY_PROPOSED, PEER, PEER_BATCH, PG_LIMIT, KAFKA_LIMIT]
-    colors = ["#1f77b4", "#6baed6", "#d62728", "#ff9896", "#2ca02c", "#98df8a"]
-    width = 0.13
+    names = [RELAY, RELAY_PROPOSED, PEER, PEER_BATCH, PG_LIMIT, KAFKA_LIMIT, PIPELINE_LIMIT]
+    colors = ["#1f77b4", "#6baed6", "#d62728", "#ff9896", "#2ca02c", "#98df8a", "#9467bd"]
+    width = 0.12
     for i, (name, color) in enumerate(zip(names, colors, strict=True)):
         xs, ys = [], []
         for g, key in enumerate(groups):
             o = _by_name(w[key]).get(name)
             if o:
-                xs.append(g + (i - 2.5) * width)
+                xs.append(g + (i - 3) * width)
                 ys.append(o["msgs_per_s"])
         if xs:
             ax.bar(xs, ys, width, label=name, color=color)

@@ -38,6 +38,7 @@ PEER = "peer"
 PEER_BATCH = "peer, one delete per batch"
 PG_LIMIT = "PostgreSQL limit"
 KAFKA_LIMIT = "Kafka limit"
+PIPELINE_LIMIT = "pipeline limit (COPY, produce, one delete)"
 # Issue 10: the peer's held-horizon runs stop here and are reported as capped.
 PEER_HELD_CAP_S = 15 * 60
 
@@ -305,7 +306,24 @@ class Workloads:
         env.delete_topics(every)
         kafka_out = Outcome(KAFKA_LIMIT, kafka.rows, kafka.seconds,
                             {"kafka_records": records, "best_of": repeats})
-        return [pg_out, kafka_out]
+        return [pg_out, kafka_out, self._pipeline_limit(label, backlog, partitions, config)]
+
+    def _pipeline_limit(self, label: str, backlog: Backlog, partitions: int,
+                        config: Config) -> Outcome:
+        env = self.env
+        url = env.fresh_database(f"{label}-pipe")
+        topics = env.topic_names(f"{label}-pipe", len(backlog.topics))
+        env.create_topics(topics, partitions)
+        load(url, Backlog(backlog.rows, tuple(topics), backlog.keys, backlog.payload_bytes))
+        pipe = limits.pipeline_limit(url, env.stack.kafka_bootstrap, config.kafka)
+        records = env.end_offsets(topics, partitions)
+        env.drop_database(url)
+        env.delete_topics(topics)
+        return Outcome(PIPELINE_LIMIT, pipe.rows, pipe.seconds, {
+            "copy_and_produce_s": round(pipe.copy_and_produce_s, 2),
+            "flush_s": round(pipe.flush_s, 2), "delete_s": round(pipe.delete_s, 2),
+            "kafka_records": records,
+        })
 
     def _drain_all(
         self, workload: str, rows: int, n_topics: int, keys: int, partitions: int,
