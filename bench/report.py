@@ -67,6 +67,8 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
                 f["w1_end_to_end_msgs_per_s"] = o[variant].get("end_to_end_msgs_per_s")
                 f["w1_end_to_end_over_peer"] = _ratio(
                     o[variant].get("end_to_end_msgs_per_s"), o[PEER].get("end_to_end_msgs_per_s"))
+                f["w1_cpu_machine_per_1k_over_peer"] = _ratio(
+                    o[variant].get("cpu_machine_s_per_1k"), o[PEER].get("cpu_machine_s_per_1k"))
         if "W2" in w:
             o = _by_name(w["W2"])
             if variant in o:
@@ -135,6 +137,8 @@ def targets(figs: dict[str, Any]) -> list[dict[str, Any]]:
     add("W3 horizon held, relay/peer", ">= 1.2x", "w3h_relay_over_peer", lambda v: v >= 1.2,
         "{:.1f}x")
     add("W4 heap after GC 5M/1M", "<= 1.10", "w4_heap_ratio", lambda v: v <= 1.10)
+    add("W1 CPU per 1k msgs, whole machine, relay/peer", "<= 1.5x",
+        "w1_cpu_machine_per_1k_over_peer", lambda v: v <= 1.5, "{:.2f}x")
     return rows
 
 
@@ -302,6 +306,9 @@ def _drain_table(title: str, outcomes: list[dict[str, Any]], figs: dict[str, Any
             notes = f"{c['batches']} micro-batches, exit {c.get('exit_code')}"
         if "ms_per_topic" in c:
             notes += f"; {c['ms_per_topic']:.1f} ms per topic"
+        if "cpu_machine_s_per_1k" in c:
+            notes += (f"; CPU per 1k msgs {c['cpu_tree_s_per_1k']:.3f} s own, "
+                      f"{c['cpu_machine_s_per_1k']:.3f} s machine")
         lines.append(
             f"| {c['contender']} | {_n(c['msgs_per_s'])} | {c['seconds']:.1f} | "
             f"{_n(c.get('startup_s'), 1)} | {_n(c.get('end_to_end_msgs_per_s'))} | "

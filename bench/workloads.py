@@ -23,6 +23,7 @@ from typing import Any
 
 from bench import limits
 from bench.backlog import Backlog, load
+from bench.cpu import CpuMeter
 from bench.env import BenchEnv, LockWatch, OffsetWatch, connect
 from bench.horizon import HeldHorizon
 from bench.latency import LatencyConsumer, Load, generate, percentiles, read_generated
@@ -192,10 +193,12 @@ class Workloads:
             watch = OffsetWatch(env.admin, backlog.topics, partitions).start()
             locks_watch = LockWatch(url).start()
             load_before = _sys_load()
+            cpu = CpuMeter()
             proc = launch(
                 config, env.run_dir(label), "--available-now", extra_env=_relay_env(proposals)
             )
             code = proc.wait(timeout_s=3600)
+            cpu.stop()
             watch.stop()
             locks_watch.stop()
         outcome = self._drain_outcome(
@@ -205,6 +208,7 @@ class Workloads:
         outcome.extra.update(
             exit_code=code, load_s=round(seconds_load, 1), sysload_before=load_before,
             sysload_after=_sys_load(), **proc.summary(), log=str(proc.log),
+            **cpu.to_json(backlog.rows),
         )
         if horizon is not None:
             outcome.extra["horizon"] = horizon.to_json()
@@ -254,6 +258,7 @@ class Workloads:
             watch = OffsetWatch(env.admin, backlog.topics, partitions).start()
             locks_watch = LockWatch(url).start()
             load_before = _sys_load()
+            cpu = CpuMeter()
             started = time.time()
             try:
                 subprocess.run(
@@ -265,6 +270,7 @@ class Workloads:
             except subprocess.TimeoutExpired:
                 capped = True  # its figure is then an upper bound of its rate
             ended = time.time()
+            cpu.stop()
             watch.stop()
             locks_watch.stop()
         name = PEER if delete == "groups" else PEER_BATCH
@@ -272,7 +278,7 @@ class Workloads:
                                       locks_watch.first_lock_at)
         outcome.extra.update(load_s=round(seconds_load, 1), sysload_before=load_before,
                              sysload_after=_sys_load(), capped_at_s=PEER_HELD_CAP_S if capped
-                             else None)
+                             else None, **cpu.to_json(backlog.rows))
         if not capped:
             stats = json.loads((run_dir / "peer.json").read_text())
             outcome.extra.update(phases_s={k: round(v, 2) for k, v in stats["seconds"].items()},
