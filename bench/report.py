@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.workloads import (
+    FLOOR_PROBE,
     KAFKA_LIMIT,
     PEER,
     PEER_BATCH,
@@ -74,6 +75,10 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             if variant in o:
                 f["w2_latency_s"] = o[variant]["latency_s"]
                 f["w2_peer_latency_s"] = o[PEER]["latency_s"] if PEER in o else None
+                if FLOOR_PROBE in o:
+                    f["w2_floor_latency_s"] = o[FLOOR_PROBE]["latency_s"]
+                    f["w2_p50_over_floor"] = _ratio(o[variant]["latency_s"]["p50"],
+                                                    o[FLOOR_PROBE]["latency_s"]["p50"])
         if "W3" in w:
             o = _by_name(w["W3"])
             if variant in o:
@@ -133,6 +138,8 @@ def targets(figs: dict[str, Any]) -> list[dict[str, Any]]:
         "{:.1f}x")
     add("W2 p99 (s)", "<= 0.6 s", "w2_latency_s", lambda v: v["p99"] <= 0.6, "p99")
     add("W2 p50 (s)", "<= 0.3 s", "w2_latency_s", lambda v: v["p50"] <= 0.3, "p50")
+    add("W2 p50 relay/floor probe", "<= 1.5x", "w2_p50_over_floor", lambda v: v <= 1.5,
+        "{:.2f}x")
     add("W3 relay/peer", ">= 1.2x", "w3_relay_over_peer", lambda v: v >= 1.2, "{:.1f}x")
     add("W3 horizon held, relay/peer", ">= 1.2x", "w3h_relay_over_peer", lambda v: v >= 1.2,
         "{:.1f}x")
@@ -226,8 +233,9 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
             lat = o["latency_s"]
             lines.append(
                 f"| {o['contender']} | {lat['p50']:.3f} | {lat['p95']:.3f} | {lat['p99']:.3f} | "
-                f"{lat['max']:.3f} | {_n(o['received'])} | {_n(o['missing'])} | "
-                f"{_n(o['duplicates'])} | {_n(o['achieved_rate'])}/s | {_n(o.get('batches'))} |"
+                f"{lat['max']:.3f} | {_n(o.get('received'))} | {_n(o.get('missing'))} | "
+                f"{_n(o.get('duplicates'))} | {_n(o.get('achieved_rate'))}/s | "
+                f"{_n(o.get('batches'))} |"
             )
         lines.append("")
     if "W4" in w:

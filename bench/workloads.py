@@ -40,6 +40,8 @@ PEER_BATCH = "peer, one delete per batch"
 PG_LIMIT = "PostgreSQL limit"
 KAFKA_LIMIT = "Kafka limit"
 PIPELINE_LIMIT = "pipeline limit (COPY, produce, one delete)"
+FLOOR_PROBE = "floor probe (10 rows, JDBC to the Kafka sink)"
+FLOOR_RUNS = 100
 # Issue 10: the peer's held-horizon runs stop here and are reported as capped.
 PEER_HELD_CAP_S = 15 * 60
 
@@ -410,7 +412,31 @@ class Workloads:
             _log(f"W2: {name}: p50 {lat['p50']:.3f} s, p95 {lat['p95']:.3f} s, "
                  f"p99 {lat['p99']:.3f} s")
             results.append(outcome)
+        _log(f"W2: {FLOOR_PROBE}, {FLOOR_RUNS} runs")
+        results.append(self._floor_probe("w2-floor"))
         return results
+
+    def _floor_probe(self, label: str) -> Outcome:
+        """bench/floor.py under spark-submit: 10 rows over JDBC into the Kafka sink."""
+        env = self.env
+        url = env.fresh_database(label)
+        topic = env.topic_names(label, 1)[0]
+        env.create_topics([topic], 1)
+        submit = Path(sys.executable).parent / "spark-submit"
+        done = subprocess.run(
+            [str(submit), str(REPO / "bench" / "floor.py"), "--url", url, "--bootstrap",
+             env.stack.kafka_bootstrap, "--topic", topic, "--runs", str(FLOOR_RUNS)],
+            cwd=REPO, capture_output=True, text=True, check=True,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
+        )
+        line = [ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1]
+        durations = json.loads(line)["durations_s"]
+        env.drop_database(url)
+        env.delete_topics([topic])
+        return Outcome(FLOOR_PROBE, 10 * len(durations), sum(durations), {
+            "latency_s": {k: round(v, 4) for k, v in percentiles(durations).items()},
+            "runs": len(durations),
+        })
 
     def _latency_run(self, label: str, name: str, proposals: bool | None) -> Outcome:
         env = self.env
