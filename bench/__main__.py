@@ -26,7 +26,7 @@ from bench.workloads import Profiles, Scale, Workloads
 
 REPO = Path(__file__).resolve().parents[1]
 # W1H and W3H: W1 and W3 with the horizon held by an open transaction (bench/horizon.py).
-ALL = ("W1", "W1H", "W2", "W3", "W3H", "W4")
+ALL = ("STARTSTOP", "W1", "W1H", "W2", "W3", "W3H", "W4")
 
 
 def _git() -> tuple[str, bool]:

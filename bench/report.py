@@ -100,6 +100,10 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
                 f[f"{held.lower()}_relay_over_peer"] = _ratio(o[variant]["msgs_per_s"],
                                                               o[PEER]["msgs_per_s"])
                 f[f"{held.lower()}_peer_capped"] = o[PEER].get("capped_at_s") is not None
+        for o in w.get("STARTSTOP", []):
+            if o["contender"] == variant:
+                f["startup_s"] = o["startup_s"]["median"]
+                f["stop_s"] = o["stop_s"]["median"]
         if "W4" in w and variant == RELAY:
             rows = sorted(w["W4"], key=lambda o: o["rows"])
             if len(rows) == 2:
@@ -143,6 +147,10 @@ def targets(figs: dict[str, Any]) -> list[dict[str, Any]]:
     add("W3 relay/peer", ">= 1.2x", "w3_relay_over_peer", lambda v: v >= 1.2, "{:.1f}x")
     add("W3 horizon held, relay/peer", ">= 1.2x", "w3h_relay_over_peer", lambda v: v >= 1.2,
         "{:.1f}x")
+    add("start-up, launch to first lock (s, median)", "<= 10 s", "startup_s",
+        lambda v: v <= 10, "{:.1f}")
+    add("stop, SIGTERM to exit while idle (s, median)", "<= 5 s", "stop_s", lambda v: v <= 5,
+        "{:.1f}")
     add("W4 heap after GC 5M/1M", "<= 1.10", "w4_heap_ratio", lambda v: v <= 1.10)
     add("W1 CPU per 1k msgs, whole machine, relay/peer", "<= 1.5x",
         "w1_cpu_machine_per_1k_over_peer", lambda v: v <= 1.5, "{:.2f}x")
@@ -238,6 +246,12 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
                 f"{_n(o.get('batches'))} |"
             )
         lines.append("")
+    for o in w.get("STARTSTOP", []):
+        runs = "; ".join(f"{r['startup_s']} s / {r['stop_s']} s (exit {r['exit_code']})"
+                         for r in o["runs"])
+        lines += ["## Start-up and stop", "",
+                  "Launch to first lock (packages already resolved), and SIGTERM to exit "
+                  f"after 5 s idle, {len(o['runs'])} runs (start-up / stop): {runs}.", ""]
     if "W4" in w:
         lines += ["## W4: memory", "",
                   "The same driver heap setting (`--driver-memory 2g`) for both backlogs. Peak "

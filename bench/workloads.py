@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import limits
+from bench import limits, startstop
 from bench.backlog import Backlog, load
 from bench.cpu import CpuMeter
 from bench.env import BenchEnv, LockWatch, OffsetWatch, connect
@@ -97,6 +97,8 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "ledger": {"flush_interval_s": 30},
     },
 }
+# The held-horizon runs use their workload's settings; start and stop, the trickle's.
+PROFILES.update(W1H=PROFILES["W1"], W3H=PROFILES["W3"], STARTSTOP=PROFILES["W2"])
 
 
 @dataclass
@@ -400,6 +402,16 @@ class Workloads:
 
     def w3h(self) -> list[Outcome]:
         return self.w3(held=True)
+
+    # --- start-up and stop -------------------------------------------------------------
+    def startstop(self, runs: int = 3) -> list[Outcome]:
+        def config_for(url: str, label: str) -> Config:
+            return self._config("STARTSTOP", url, label)
+
+        measured = [startstop.one_run(self.env, f"ss-{i}", config_for) for i in range(runs)]
+        result = startstop.summary(measured)
+        _log(f"start/stop: start-up {result['startup_s']}, stop {result['stop_s']}")
+        return [Outcome(RELAY, 10 * runs, sum(r["startup_s"] for r in measured), result)]
 
     # --- W2 ------------------------------------------------------------------------
     def w2(self) -> list[Outcome]:
