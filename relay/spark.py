@@ -34,7 +34,7 @@ def base_conf(config: Config) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
     conf.update(config.spark.conf)
-    if config.spark.resolve_packages and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+    if config.spark.resolve_packages and not under_spark_submit():
         # Outside spark-submit pyspark starts the JVM itself, with this configuration.
         # (Under spark-submit the JVM runs already: spark-defaults.conf brought the jars,
         # or relay.app ran it once more with them.)
@@ -43,9 +43,14 @@ def base_conf(config: Config) -> dict[str, str]:
     return conf
 
 
+def under_spark_submit() -> bool:
+    """spark-submit started this Python, and its JVM runs already (pyspark finds it here)."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+
+
 def submitted_master() -> str | None:
     """The master spark-submit was given (its default is local[*]); None outside spark-submit."""
-    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+    if not under_spark_submit():
         return None
     from pyspark import SparkConf, SparkContext
 
