@@ -121,7 +121,9 @@ def launch(
     cmd = [submit, "--driver-memory", driver_memory, "--driver-java-options", java_opts]
     cmd += [str(REPO / "jobs" / "relay.py"), "--config", str(profile), *args]
     log = run_dir / "relay.log"
-    env = {"PYSPARK_PYTHON": sys.executable, "PATH": _path(), **(extra_env or {})}
+    # The bench's stack is on 127.0.0.1, and so is this one-machine Spark.
+    env = {"PYSPARK_PYTHON": sys.executable, "PATH": _path(), "SPARK_LOCAL_IP": "127.0.0.1",
+           **(extra_env or {})}
     out = open(log, "wb")  # noqa: SIM115 - the child owns it
     launched = time.time()
     proc = subprocess.Popen(
