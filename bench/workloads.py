@@ -133,6 +133,11 @@ def _horizon(url: str, held: bool) -> Iterator[HeldHorizon | None]:
         yield horizon
 
 
+def _in_repo(path: Path) -> str:
+    """A path as the report records it: relative to the checkout, never this machine's."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name
+
+
 def _log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -211,7 +216,7 @@ class Workloads:
         )
         outcome.extra.update(
             exit_code=code, load_s=round(seconds_load, 1), sysload_before=load_before,
-            sysload_after=_sys_load(), **proc.summary(), log=str(proc.log),
+            sysload_after=_sys_load(), **proc.summary(), log=_in_repo(proc.log),
             **cpu.to_json(backlog.rows),
         )
         if horizon is not None:
@@ -520,7 +525,7 @@ class Workloads:
             "cdf": _cdf(values),
         }
         if relay_proc is not None:
-            extra.update(relay_proc.summary(), log=str(relay_proc.log))
+            extra.update(relay_proc.summary(), log=_in_repo(relay_proc.log))
         env.drop_database(url)
         env.delete_topics(topics)
         return Outcome(name, n, generated_for, extra)
