@@ -41,6 +41,24 @@ def connect(url: str, autocommit: bool = True) -> psycopg2.extensions.connection
     return conn
 
 
+def outbox_count(url: str) -> int:
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM kafka_messages")
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def wait_empty(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while outbox_count(url) > 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the relay did not empty the outbox in time")
+        time.sleep(0.5)
+
+
 def with_database(url: str, database: str) -> str:
     base, _, _ = url.rpartition("/")
     return f"{base}/{database}"

@@ -14,31 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.backlog import Backlog, load
-from bench.env import BenchEnv, LockWatch, connect
+from bench.env import BenchEnv, LockWatch, wait_empty
 from bench.relay_proc import launch
 from relay.config import Config
 
 IDLE_S = 5.0
-COUNT = "SELECT count(*) FROM kafka_messages"
-
-
-def _wait(what: Callable[[], bool], timeout_s: float, label: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not what():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"start/stop: {label} not within {timeout_s:.0f} s")
-        time.sleep(0.05)
-
-
-def _empty(url: str) -> bool:
-    conn = connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(COUNT)
-            row = cur.fetchone()
-            return row is not None and row[0] == 0
-    finally:
-        conn.close()
 
 
 def one_run(env: BenchEnv, label: str, config_for: Callable[[str, str], Config]) -> dict[str, Any]:
@@ -49,8 +29,12 @@ def one_run(env: BenchEnv, label: str, config_for: Callable[[str, str], Config])
     locks = LockWatch(url).start()
     proc = launch(config_for(url, label), env.run_dir(label))
     try:
-        _wait(lambda: locks.first_lock_at is not None, 300, "a first lock")
-        _wait(lambda: _empty(url), 120, "an empty outbox")
+        deadline = time.monotonic() + 300
+        while locks.first_lock_at is None:  # LockWatch itself records the time
+            if time.monotonic() > deadline:
+                raise RuntimeError("start/stop: no first lock within 300 s")
+            time.sleep(0.05)
+        wait_empty(url, 120)
         time.sleep(IDLE_S)
         signalled = time.time()
         code = proc.terminate(timeout_s=120)

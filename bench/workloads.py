@@ -24,7 +24,7 @@ from typing import Any
 from bench import limits, startstop
 from bench.backlog import Backlog, load
 from bench.cpu import CpuMeter
-from bench.env import BenchEnv, LockWatch, OffsetWatch, connect
+from bench.env import BenchEnv, LockWatch, OffsetWatch, outbox_count, wait_empty
 from bench.horizon import HeldHorizon
 from bench.latency import LatencyConsumer, Load, generate, percentiles, read_generated
 from bench.relay_proc import RelayProcess, launch
@@ -146,16 +146,6 @@ def _sys_load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _outbox_left(url: str) -> int:
-    conn = connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM kafka_messages")
-            return int(cur.fetchone()[0])
-    finally:
-        conn.close()
-
-
 def _relay_env(proposals: bool) -> dict[str, str]:
     if not proposals:
         return {}
@@ -251,7 +241,7 @@ class Workloads:
                 "steady_msgs_per_s": round(steady, 1) if steady else None,
                 "kafka_records": delivered,
                 "duplicates": max(0, delivered - backlog.rows),
-                "outbox_left": _outbox_left(url),
+                "outbox_left": outbox_count(url),
                 "progress": _thin(watch.samples, started),
             },
         )
@@ -549,14 +539,6 @@ class Workloads:
         return results
 
 
-def _wait_empty(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while _outbox_left(url) > 0:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the relay did not empty the outbox in time")
-        time.sleep(0.5)
-
-
 def _thin(samples: list[tuple[float, int]], t0: float, points: int = 200) -> list[list[float]]:
     """At most `points` (seconds since t0, delivered) pairs, for the progress plot."""
     step = max(1, len(samples) // points)
@@ -654,10 +636,10 @@ class Profiles:
         try:
             generate(url, Load(100, W2_TX, 0.1, tuple(topics), W2_KEYS), run_dir / "probe.bin",
                      start_seq=3 * 10**12)
-            _wait_empty(url, 600)
+            wait_empty(url, 600)
             generate(url, Load(W2_RATE, W2_TX, seconds, tuple(topics), W2_KEYS),
                      run_dir / "generated.bin")
-            _wait_empty(url, 120)
+            wait_empty(url, 120)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(120)
