@@ -11,12 +11,14 @@ import importlib.util
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
-from relay.cache import cache_dir
+from relay.cache import cache_dir, file_lock
 from relay.errors import RelayError
 
 IVY_TIMEOUT_S = 600.0
+MARKER = ".resolved"
 # Maven Central only: the `ibiblio` resolver's default root, no local or other repositories.
 _SETTINGS = """<ivysettings>
   <settings defaultResolver="central"/>
@@ -27,6 +29,34 @@ _SETTINGS = """<ivysettings>
 
 class ResolveError(RelayError):
     """A Maven artifact could not be downloaded."""
+
+
+def resolve_once(target: Path, fill: Callable[[Path, Path], list[str]]) -> list[Path]:
+    """The files of a complete resolution into `target`, resolving on first use only.
+
+    `fill(partial, log)` resolves into the empty directory `partial`, with Ivy's output
+    in `log`, and returns the paths (relative to it) it keeps. `target` appears, its
+    marker listing them, only after that succeeded, under a lock across processes: an
+    interrupted download is thrown away and redone, never a broken classpath.
+    """
+    marker = target / MARKER
+    if not marker.is_file():
+        with file_lock(target.parent / f".{target.name}.lock"):
+            if not marker.is_file():
+                partial = target.with_name(target.name + ".partial")
+                shutil.rmtree(partial, ignore_errors=True)
+                partial.mkdir(parents=True)
+                log = target.with_name(target.name + ".ivy.log")
+                log.write_text("")
+                try:
+                    kept = fill(partial, log)
+                except BaseException:
+                    shutil.rmtree(partial, ignore_errors=True)
+                    raise
+                (partial / MARKER).write_text("".join(f"{k}\n" for k in kept))
+                shutil.rmtree(target, ignore_errors=True)
+                partial.rename(target)
+    return [target / name for name in marker.read_text().split()]
 
 
 def ivy_jar() -> Path:

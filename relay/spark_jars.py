@@ -13,16 +13,14 @@ import hashlib
 import logging
 import os
 import re
-import shutil
 from pathlib import Path
 
 from relay import ivy
-from relay.cache import cache_dir, file_lock
+from relay.cache import cache_dir
 from relay.packages import SPARK_PACKAGES, SPARK_VERSION
 
 log = logging.getLogger(__name__)
 
-_MARKER = ".resolved"
 _RETRIEVE_PATTERN = "[organisation]/[artifact]/[artifact]-[revision](-[classifier]).[ext]"
 BEGIN = "# >>> outbox-relay jars: written by `outbox-relay jars --install` >>>"
 END = "# <<< outbox-relay jars <<<"
@@ -40,27 +38,15 @@ def cached_jars() -> list[Path]:
     out: Spark runs with the versions it was built with, and two of one library on a
     classpath is a gamble.
     """
-    target = jars_dir()
-    if not (target / _MARKER).is_file():
-        with file_lock(target.parent / f".{target.name}.lock"):
-            if not (target / _MARKER).is_file():
-                _resolve(target)
-    return [target / name for name in (target / _MARKER).read_text().split()]
+    return ivy.resolve_once(jars_dir(), _fill)
 
 
-def _resolve(target: Path) -> None:
-    log.info("resolving the Spark packages once, from Maven Central, into %s", target)
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+def _fill(partial: Path, ivy_log: Path) -> list[str]:
+    log.info("resolving the Spark packages once, from Maven Central, into %s", jars_dir())
     module = partial / "module.xml"
     module.write_text(_module_xml())
-    ivy.retrieve(
-        ["-ivy", str(module), "-confs", "default"],
-        str(partial / _RETRIEVE_PATTERN),
-        target.with_name(target.name + ".ivy.log"),
-        "the relay's Spark packages",
-    )
+    ivy.retrieve(["-ivy", str(module), "-confs", "default"], str(partial / _RETRIEVE_PATTERN),
+                 ivy_log, "the relay's Spark packages")
     module.unlink()
     provided = {p.name for p in spark_home_jars()}
     kept: list[str] = []
@@ -69,9 +55,7 @@ def _resolve(target: Path) -> None:
             jar.unlink()
         else:
             kept.append(str(jar.relative_to(partial)))
-    (partial / _MARKER).write_text("\n".join(kept) + "\n")
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
+    return kept
 
 
 def _module_xml() -> str:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 from relay import ivy, packages
-from relay.cache import cache_dir, file_lock
+from relay.cache import cache_dir
 from relay.stack.proc import StackError
 
-_MARKER = ".resolved"
 _RETRIEVE_PATTERN = "[artifact]-[revision](-[classifier]).[ext]"
 
 
@@ -44,33 +42,19 @@ def _version_of(artifact: str, jar_names: list[str]) -> str | None:
 
 
 def kafka_jars_dir(coordinate: str = packages.KAFKA_BROKER_ARTIFACT) -> Path:
-    """The directory holding every jar the broker needs, downloading it on first use.
-
-    A marker file is written only after a complete resolution, so an interrupted
-    download is thrown away and redone instead of yielding a broken classpath.
-    """
+    """The directory holding every jar the broker needs, downloading it on first use."""
     _, artifact, version = split_coordinate(coordinate)
-    root = cache_dir()
-    target = root / f"{artifact}-{version}"
-    if (target / _MARKER).is_file():
-        return target
-    with file_lock(root / f".{artifact}-{version}.lock"):
-        if (target / _MARKER).is_file():
-            return target
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        log = root / f"{artifact}-{version}.ivy.log"
-        log.write_text("")
-        try:
-            _retrieve(coordinate, "default", target, log)
-            binding = slf4j_binding(sorted(p.name for p in target.glob("*.jar")))
-            if binding is not None:
-                # `master` is just the artifact: its own deps already came with Kafka.
-                _retrieve(":".join(binding), "master", target, log)
-        except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
-            raise
-        (target / _MARKER).write_text(coordinate + "\n")
+    target = cache_dir() / f"{artifact}-{version}"
+
+    def fill(partial: Path, log: Path) -> list[str]:
+        _retrieve(coordinate, "default", partial, log)
+        binding = slf4j_binding(sorted(p.name for p in partial.glob("*.jar")))
+        if binding is not None:
+            # `master` is just the artifact: its own deps already came with Kafka.
+            _retrieve(":".join(binding), "master", partial, log)
+        return sorted(p.name for p in partial.glob("*.jar"))
+
+    ivy.resolve_once(target, fill)
     return target
 
 
