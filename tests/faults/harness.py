@@ -35,7 +35,7 @@ from relay.config import Config
 from relay.config_load import build_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
-from relay.data.partitioning import partitioning_key
+from tests.integration.helpers import partitioning_bytes
 from tests.integration.process import write_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -291,7 +291,7 @@ class Msg:
     def ordering_key(self) -> bytes | None:
         """The partitioning bytes: rows with equal bytes are one key for ordering,
         whichever column the bytes came from; None orders nothing."""
-        return partitioning_key(self.partition_key, self.key)
+        return partitioning_bytes(self.partition_key, self.key)
 
 
 @dataclass(frozen=True)

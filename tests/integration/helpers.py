@@ -28,6 +28,13 @@ class Msg:
     headers: dict[str, Any] | None = None
 
 
+def partitioning_bytes(partition_key: str | None, key: bytes | None) -> bytes | None:
+    """The tests' own statement of the partitioning rule, deliberately not imported from
+    the relay (relay.data.partitioning, SQL relay_partitioning_key): every oracle that
+    checks per-key order takes its keys from here."""
+    return partition_key.encode("utf-8") if partition_key is not None else key
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

@@ -26,7 +26,7 @@ from relay.config_load import ENV_OVERRIDES, build_config
 from relay.control.db import Database
 from relay.control.migrate import SCHEMAS_DIR, migrate
 from relay.stack import StackInfo
-from tests.integration.helpers import consume, create_topics, query, unique
+from tests.integration.helpers import consume, create_topics, partitioning_bytes, query, unique
 from tests.integration.process import REPO, write_profile
 
 pytestmark = pytest.mark.integration
@@ -172,7 +172,7 @@ def test_airflow_dags_drain_the_outbox(stack: StackInfo, databases: dict[str, st
     first_seen: dict[tuple[str, bytes], list[int]] = {}
     for record in sorted(got, key=lambda r: (r.topic, r.partition, r.offset)):
         _, _, key, partition_key = by_id[record.outbox_id]
-        order_key = partition_key.encode() if partition_key is not None else key
+        order_key = partitioning_bytes(partition_key, key)
         if order_key is not None:
             seen = first_seen.setdefault((record.topic, order_key), [])
             if record.outbox_id not in seen:

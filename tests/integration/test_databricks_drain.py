@@ -29,7 +29,16 @@ from relay.exit_codes import ExitCode
 from relay.spark_jars import cached_jars
 from relay.stack import StackInfo
 from tests.bundle import PROFILE, load_bundle, maven_coordinates, task_parameters
-from tests.integration.helpers import Msg, Received, consume, create_topics, insert, query, unique
+from tests.integration.helpers import (
+    Msg,
+    Received,
+    consume,
+    create_topics,
+    insert,
+    partitioning_bytes,
+    query,
+    unique,
+)
 from tests.integration.process import write_raw_profile
 
 pytestmark = pytest.mark.integration
@@ -131,7 +140,7 @@ def _check_order(seeded: dict[int, Msg], received: list[Received]) -> None:
     by_key: dict[tuple[str, bytes], list[Received]] = defaultdict(list)
     for outbox_id, record in first.items():
         msg = seeded[outbox_id]
-        pkey = msg.partition_key.encode() if msg.partition_key is not None else msg.key
+        pkey = partitioning_bytes(msg.partition_key, msg.key)
         if pkey is not None:
             by_key[(msg.topic, pkey)].append(record)
     for key, records in by_key.items():

@@ -31,6 +31,7 @@ from tests.integration.helpers import (
     consume,
     create_topics,
     insert,
+    partitioning_bytes,
     query,
     unique,
 )
@@ -40,11 +41,6 @@ pytestmark = pytest.mark.integration
 PARTITIONS = (1, 3, 7, 3, 7)
 PER_TOPIC = 2_400
 KEYS = 200
-
-
-def partitioning_bytes(partition_key: str | None, key: bytes | None) -> bytes | None:
-    """The test's own statement of the rule, deliberately not imported from the relay."""
-    return partition_key.encode("utf-8") if partition_key is not None else key
 
 
 def _adversarial(topic: str, n: int, rng: random.Random) -> list[Msg]:

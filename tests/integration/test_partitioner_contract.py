@@ -25,7 +25,14 @@ from relay.data.partitioning import Partitioner, partition_col, partition_for
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
-from tests.integration.helpers import Msg, consume, create_topics, insert, unique
+from tests.integration.helpers import (
+    Msg,
+    consume,
+    create_topics,
+    insert,
+    partitioning_bytes,
+    unique,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -144,7 +151,9 @@ class PartitionerContract(ABC):
 
         def deciding(m: Msg) -> bytes:
             assert m.key is not None
-            return m.partition_key.encode() if m.partition_key is not None else m.key
+            pbytes = partitioning_bytes(m.partition_key, m.key)
+            assert pbytes is not None  # m.key is not None
+            return pbytes
 
         # Rows whose key alone would land elsewhere: the test notices an ignored partition_key.
         assert sum(real[m.key] != real[deciding(m)] for m in with_pk if m.key) > 50
