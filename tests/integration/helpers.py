@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,3 +190,57 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, interval_s: float 
             return True
         time.sleep(interval_s)
     return False
+
+
+def every_key_shape(topics: list[str], per_topic: int) -> list[Msg]:
+    """Every key shape: partition_key NULL, equal to the key's text, different from it;
+    NULL keys with and without a partition_key; binary keys; tombstones."""
+    out: list[Msg] = []
+    for topic in topics:
+        for i in range(per_topic):
+            value = f"{topic}:{i}".encode()
+            key = f"key-{i % 5}"
+            shape = i % 6
+            if shape == 0:
+                out.append(Msg(topic, key.encode(), value))
+            elif shape == 1:
+                out.append(Msg(topic, key.encode(), value, partition_key=key))
+            elif shape == 2:
+                out.append(Msg(topic, key.encode(), value, partition_key=f"pk-{i % 3}"))
+            elif shape == 3:
+                out.append(Msg(topic, None, value))
+            elif shape == 4:
+                out.append(Msg(topic, None, value, partition_key=f"pk-{i % 3}"))
+            else:
+                binary = bytes([0xFF, 0x00, i % 7, 0x80])
+                out.append(Msg(topic, binary, None if i % 12 == 11 else value))
+    return out
+
+
+def order_report(written: dict[int, Msg], got: Sequence[Received]) -> tuple[int, int, int]:
+    """(inversions, keys spread over several partitions, keyless records received).
+
+    An inversion is a first appearance of an id after a higher id of the same
+    (topic, partitioning bytes) had already appeared in its partition.
+    """
+    groups: dict[tuple[str, bytes], list[Received]] = defaultdict(list)
+    keyless = 0
+    for r in got:
+        m = written[r.outbox_id]
+        pbytes = partitioning_bytes(m.partition_key, m.key)
+        if pbytes is None:
+            keyless += 1
+        else:
+            groups[(m.topic, pbytes)].append(r)
+    inversions = spread = 0
+    for records in groups.values():
+        spread += len({r.partition for r in records}) > 1
+        seen: set[int] = set()
+        highest = -1
+        for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+            if r.outbox_id in seen:
+                continue
+            seen.add(r.outbox_id)
+            inversions += r.outbox_id < highest
+            highest = max(highest, r.outbox_id)
+    return inversions, spread, keyless

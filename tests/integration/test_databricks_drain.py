@@ -34,6 +34,7 @@ from tests.integration.helpers import (
     Received,
     consume,
     create_topics,
+    every_key_shape,
     insert,
     partitioning_bytes,
     query,
@@ -106,31 +107,6 @@ def _run_task(task: dict[str, Any], python_file: Path, workspace: Path, jars: li
     return done.returncode
 
 
-def _outbox(topics: list[str]) -> list[Msg]:
-    """Every key shape: partition_key NULL, equal to the key's text, different from it;
-    NULL keys with and without a partition_key; binary keys; tombstones."""
-    out: list[Msg] = []
-    for topic in topics:
-        for i in range(PER_TOPIC):
-            value = f"{topic}:{i}".encode()
-            key = f"key-{i % 5}"
-            shape = i % 6
-            if shape == 0:
-                out.append(Msg(topic, key.encode(), value))
-            elif shape == 1:
-                out.append(Msg(topic, key.encode(), value, partition_key=key))
-            elif shape == 2:
-                out.append(Msg(topic, key.encode(), value, partition_key=f"pk-{i % 3}"))
-            elif shape == 3:
-                out.append(Msg(topic, None, value))
-            elif shape == 4:
-                out.append(Msg(topic, None, value, partition_key=f"pk-{i % 3}"))
-            else:
-                binary = bytes([0xFF, 0x00, i % 7, 0x80])
-                out.append(Msg(topic, binary, None if i % 12 == 11 else value))
-    return out
-
-
 def _check_order(seeded: dict[int, Msg], received: list[Received]) -> None:
     """Rows of one partitioning key (partition_key's bytes, else the key) share a partition
     and appear in id order."""
@@ -171,7 +147,7 @@ def test_the_drain_job_migrates_then_drains_every_key_shape(
 
     topics = [unique("dbx-drain"), unique("dbx-drain")]
     create_topics(stack.kafka_bootstrap, dict.fromkeys(topics, PARTITIONS))
-    messages = _outbox(topics)
+    messages = every_key_shape(topics, PER_TOPIC)
     ids = insert(database_url, [messages[i:i + 40] for i in range(0, len(messages), 40)])
     seeded = dict(zip(ids, messages, strict=True))
 

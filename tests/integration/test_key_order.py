@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Sequence
 
 import pytest
 from pyspark.sql import SparkSession
@@ -27,10 +26,10 @@ from relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import (
     Msg,
-    Received,
     consume,
     create_topics,
     insert,
+    order_report,
     partitioning_bytes,
     query,
     unique,
@@ -68,35 +67,6 @@ def _adversarial(topic: str, n: int, rng: random.Random) -> list[Msg]:
         else:  # neither: no order to keep
             out.append(Msg(topic, None, value))
     return out
-
-
-def order_report(written: dict[int, Msg], got: Sequence[Received]) -> tuple[int, int, int]:
-    """(inversions, keys spread over several partitions, keyless records received).
-
-    An inversion is a first appearance of an id after a higher id of the same
-    (topic, partitioning bytes) had already appeared in its partition.
-    """
-    groups: dict[tuple[str, bytes], list[Received]] = defaultdict(list)
-    keyless = 0
-    for r in got:
-        m = written[r.outbox_id]
-        pbytes = partitioning_bytes(m.partition_key, m.key)
-        if pbytes is None:
-            keyless += 1
-        else:
-            groups[(m.topic, pbytes)].append(r)
-    inversions = spread = 0
-    for records in groups.values():
-        spread += len({r.partition for r in records}) > 1
-        seen: set[int] = set()
-        highest = -1
-        for r in sorted(records, key=lambda r: (r.partition, r.offset)):
-            if r.outbox_id in seen:
-                continue
-            seen.add(r.outbox_id)
-            inversions += r.outbox_id < highest
-            highest = max(highest, r.outbox_id)
-    return inversions, spread, keyless
 
 
 @pytest.mark.parametrize("read_partitions", [1, 3, 8])

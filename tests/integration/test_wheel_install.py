@@ -33,13 +33,21 @@ from relay.spark_jars import cached_jars
 from relay.stack import StackInfo
 from tests.bundle import REPO
 from tests.integration.conftest import ConfigFactory
-from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
+from tests.integration.helpers import (
+    consume,
+    create_topics,
+    every_key_shape,
+    insert,
+    order_report,
+    query,
+    unique,
+)
 from tests.integration.process import write_profile
 
 pytestmark = pytest.mark.integration
 
 BASE = {"confluent-kafka", "psycopg2-binary", "pydantic"}
-MESSAGES = 40
+MESSAGES = 60
 # What a runtime ships; pip must leave every one of them as it found it.
 RUNTIME = (f"pyspark=={SPARK_VERSION}", f"delta-spark=={DELTA_VERSION}",
            f"pyarrow=={version('pyarrow')}", f"pandas=={version('pandas')}")
@@ -123,8 +131,9 @@ def test_the_installed_wheel_keeps_the_runtime_and_drains(
 
     topic = unique("wheel")
     create_topics(stack.kafka_bootstrap, {topic: 2})
-    ids = insert(migrated_url, [[Msg(topic, f"k{i % 4}".encode(), f"v{i}".encode())
-                                 for i in range(MESSAGES)]])
+    # Every key shape: partition_key NULL, equal to the key, different; NULL and binary keys.
+    messages = every_key_shape([topic], MESSAGES)
+    ids = insert(migrated_url, [messages])
     jars = ",".join(str(p) for p in cached_jars())
     config = make_config([topic], name="wheel",
                          spark={"resolve_packages": False, "conf": {"spark.jars": jars}})
@@ -136,6 +145,8 @@ def test_the_installed_wheel_keeps_the_runtime_and_drains(
 
     received = consume(stack.kafka_bootstrap, [topic], expect=MESSAGES)
     assert {r.outbox_id for r in received} == set(ids)
+    inversions, spread, _ = order_report(dict(zip(ids, messages, strict=True)), received)
+    assert (inversions, spread) == (0, 0), "per-key order"
     assert query(migrated_url, "SELECT count(*) FROM kafka_messages") == [(0,)]
     print(f"wheel built and installed in {installed_in:.1f} s, "
           f"whole test {time.monotonic() - started:.1f} s")
