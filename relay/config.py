@@ -152,6 +152,9 @@ class RelaySettings(_Model):
     read_partitions: int = Field(2, ge=1, le=256)
     checkpoint_path: str = ".relay-data/checkpoint"
     available_now_deadline_s: float = Field(60.0, ge=0)
+    # How long one micro-batch body keeps running rounds (and, continuous, polling)
+    # before it hands back to Spark; 0 runs one round per micro-batch.
+    micro_batch_s: float = Field(30.0, ge=0)
 
     @field_validator("include_topics", "exclude_topics")
     @classmethod

@@ -1,13 +1,17 @@
-"""The executors' Spark JDBC read of the rows claimed in one micro-batch."""
+"""The executors' Spark JDBC read of the rows claimed in the relay's current batch."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from relay.config import PostgresConfig
 
-CLAIMED_VIEW = "relay_claimed_messages"
+CURRENT_BATCH_VIEW = "relay_current_batch_messages"
+# The connection setting that names whose current batch the view shows (schemas/0011).
+LOCK_TOKEN_SETTING = "relay.lock_token"
 _INT_MIN = -(2**31)
 _INT_MAX = 2**31 - 1
 # created_at is `timestamp without time zone`: read as a java.sql.Timestamp it goes
@@ -18,8 +22,15 @@ _INT_MAX = 2**31 - 1
 _CREATED_AT_AS_TEXT = {"customSchema": "created_at STRING", "binaryTransferDisable": "TIMESTAMP"}
 
 
-def jdbc_options(pg: PostgresConfig) -> dict[str, str]:
-    """Connection options; the password travels as a property, never inside the URL."""
+def jdbc_options(pg: PostgresConfig, settings: Mapping[str, str] | None = None
+                 ) -> dict[str, str]:
+    """Connection options; the password travels as a property, never inside the URL.
+
+    `settings` are further server settings of the connection, sent with its start-up
+    packet (`-c name=value`), never as SQL text.
+    """
+    server = {"statement_timeout": str(pg.read_statement_timeout_ms), "TimeZone": "UTC",
+              **(settings or {})}
     options = {
         "url": pg.jdbc_url,
         "driver": "org.postgresql.Driver",
@@ -27,7 +38,7 @@ def jdbc_options(pg: PostgresConfig) -> dict[str, str]:
         "sslmode": pg.sslmode,
         "fetchsize": str(pg.fetch_size),
         "connectTimeout": str(pg.connect_timeout_s),
-        "options": f"-c statement_timeout={pg.read_statement_timeout_ms} -c TimeZone=UTC",
+        "options": " ".join(f"-c {name}={_escaped(value)}" for name, value in server.items()),
         "ApplicationName": "outbox-relay-reader",
         # Binary transfer from the first execution: without it pgjdbc sends bytea as hex
         # text until a statement ran 5 times, which a one-shot Spark read never does. On
@@ -39,21 +50,37 @@ def jdbc_options(pg: PostgresConfig) -> dict[str, str]:
     return options
 
 
-# The view's relation per session and read settings. load() asks PostgreSQL for the
-# view's schema over a new connection (50-100 ms, on the latency path of every
-# micro-batch); the relation itself holds no data and every action runs fresh queries,
-# so one loaded relation serves every batch.
-_RELATIONS: dict[tuple[int, PostgresConfig, int], DataFrame] = {}
+def _escaped(value: str) -> str:
+    """A value as PostgreSQL's start-up options read it: they split on white space, and a
+    backslash makes the next character literal."""
+    return re.sub(r"([\\\s])", r"\\\1", value)
 
 
-def _claimed_relation(spark: SparkSession, pg: PostgresConfig, partitions: int) -> DataFrame:
-    key = (id(spark), pg, partitions)
+# The view's relation per session, token and read settings. load() asks PostgreSQL for
+# the view's schema over a new connection (50-100 ms); the relation holds no data and
+# every action runs fresh queries, so one loaded relation serves every batch.
+_RELATIONS: dict[tuple[int, PostgresConfig, str, int], DataFrame] = {}
+
+
+def read_current_batch(
+    spark: SparkSession, pg: PostgresConfig, token: str, partitions: int
+) -> DataFrame:
+    """Rows of the latest batch that the relay holding `token` claimed, split into
+    `partitions` tasks by the partitioning key.
+
+    The view's key_hash hashes the partitioning bytes (relay_partitioning_key, the one
+    definition the Kafka partition also comes from), so rows with equal bytes are read
+    by one task, which is what per-key order needs; in_key_order then sorts each task
+    by id. Which batch is current is the database's answer at read time, so the same
+    DataFrame, analysed once, reads every batch.
+    """
+    key = (id(spark), pg, token, partitions)
     relation = _RELATIONS.get(key)
     if relation is None or relation.sparkSession is not spark:
         reader = (
             spark.read.format("jdbc")
-            .options(**jdbc_options(pg), **_CREATED_AT_AS_TEXT)
-            .option("dbtable", CLAIMED_VIEW)
+            .options(**jdbc_options(pg, {LOCK_TOKEN_SETTING: token}), **_CREATED_AT_AS_TEXT)
+            .option("dbtable", CURRENT_BATCH_VIEW)
         )
         if partitions > 1:
             reader = (
@@ -64,17 +91,3 @@ def _claimed_relation(spark: SparkSession, pg: PostgresConfig, partitions: int) 
             )
         relation = _RELATIONS[key] = reader.load()
     return relation
-
-
-def read_claimed(
-    spark: SparkSession, pg: PostgresConfig, batch_id: int, partitions: int
-) -> DataFrame:
-    """Rows of the batch's sessions, split into `partitions` tasks by the partitioning key.
-
-    The view's key_hash hashes the partitioning bytes (relay_partitioning_key, the one
-    definition the Kafka partition also comes from), so rows with equal bytes are read
-    by one task, which is what per-key order needs; in_key_order then sorts each task
-    by id. The batch filter is pushed down as a typed predicate.
-    """
-    relation = _claimed_relation(spark, pg, partitions)
-    return relation.where(F.col("batch_id") == F.lit(batch_id))

@@ -15,12 +15,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from pyspark.sql import functions as F
-
 from relay.control.claims import Claim
 from relay.control.parking import Parking
-from relay.data.read import read_claimed
-from relay.data.records import in_key_order, to_kafka_records
+from relay.data.plan import IdRange, RecordPlan
 from relay.data.sink import write_records
 from relay.errors import UnreachableError
 from relay.stream.failures import describe_failure
@@ -30,8 +27,6 @@ from relay.stream.topic_bisect import bisect_topics, named_topics
 from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
-
-IdRange = tuple[int, int]
 
 # How often a lost topic's write is cancelled again until it has ended.
 _CANCEL_RETRY_S = 0.2
@@ -53,6 +48,8 @@ class Delivery:
         self._lost: set[str] = set()
         self._in_flight: tuple[str, frozenset[str]] | None = None  # (job tag, topics)
         self._named: set[str] = set()  # the topics the last failed write named
+        self._plan = RecordPlan(relay.spark, relay.config, relay.token)
+        self._batch_topics: frozenset[str] = frozenset()  # those of the batch being sent
 
     def lock_lost(self, topics: set[str]) -> None:
         """Thread-safe: `topics` are no longer ours. Nothing more is sent for them in
@@ -111,14 +108,15 @@ class Delivery:
 
     def _deliver(self, batch_id: int, sessions: list[Claim], counts: dict[str, int]) -> Outcome:
         topics = sorted(c.topic for c in sessions)
-        failure = self._try(batch_id, counts, topics)
+        self._batch_topics = frozenset(topics)
+        failure = self._try(counts, topics)
         if failure is None:
             return Outcome(acknowledged=list(sessions))
         log.warning("write of batch %d failed: %s", batch_id, failure)
         if (down := self._outage(failure)) is not None:
             return Outcome(errors=dict.fromkeys(topics, down))
         found = bisect_topics(
-            topics, failure, lambda group: self._try(batch_id, counts, group),
+            topics, failure, lambda group: self._try(counts, group),
             named=set(self._named), outage=self._outage, lost=self._lost_now,
         )
         if len(topics) > 1:
@@ -145,7 +143,7 @@ class Delivery:
         assert claim.session_id is not None
         ids = self.relay.claims.sent_ids(claim.session_id)
         result = isolate(
-            ids, reason, lambda a, b: self._try(batch_id, counts, [claim.topic], (a, b))
+            ids, reason, lambda a, b: self._try(counts, [claim.topic], (a, b))
         )
         if result.delivered:
             self.relay.claims.truncate(claim.session_id, result.delivered)
@@ -162,7 +160,7 @@ class Delivery:
         else:
             outcome.errors[claim.topic] = where
 
-    def _try(self, batch_id: int, counts: dict[str, int], topics: Sequence[str],
+    def _try(self, counts: dict[str, int], topics: Sequence[str],
              ids: IdRange | None = None) -> str | None:
         """One write of `topics` (those not lost); None when Kafka acknowledged it all."""
         tag = f"relay-write-{uuid.uuid4().hex}"
@@ -177,7 +175,7 @@ class Delivery:
         spark.setInterruptOnCancel(True)
         spark.addJobTag(tag)
         try:
-            self._write(batch_id, counts, live, ids)
+            self._write(counts, live, ids)
             return None
         except Exception as exc:  # any failed write: the caller decides what it means
             self._named = named_topics(str(exc), live)
@@ -188,18 +186,8 @@ class Delivery:
                 self._in_flight = None
                 self._ended.notify_all()
 
-    def _write(self, batch_id: int, counts: dict[str, int], topics: list[str],
-               ids: IdRange | None) -> None:
-        cfg = self.relay.config
-        claimed = read_claimed(self.relay.spark, cfg.postgres, batch_id, cfg.relay.read_partitions)
-        claimed = claimed.where(F.col("topic").isin(topics))
-        if ids is not None:
-            claimed = claimed.where(F.col("id").between(ids[0], ids[1]))
-        records = claimed.transform(in_key_order).transform(
-            to_kafka_records,
-            source_name=cfg.relay.source_name,
-            header_prefix=cfg.relay.header_prefix,
-            partitioner=cfg.relay.partitioner,
-            partition_counts=counts,
-        )
-        write_records(records, cfg.kafka)
+    def _write(self, counts: dict[str, int], topics: list[str], ids: IdRange | None) -> None:
+        whole = ids is None and frozenset(topics) == self._batch_topics
+        records = (self._plan.records(counts) if whole
+                   else self._plan.records(counts, topics, ids))
+        write_records(records, self.relay.config.kafka)

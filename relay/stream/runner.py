@@ -105,15 +105,18 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
     started = time.monotonic()
     bound = max_id(relay.db) if available_now else None
     forward_jvm_signals(relay.spark, stop)
-    processor = BatchProcessor(relay, stop)
+    processor = BatchProcessor(relay, stop, bound=bound, continuous=not available_now)
     flusher = LedgerFlusher(relay)
     flusher.start()
-    query = start_query(relay, processor, available_now)
     failed = False
     stopping = False
     watched = _watched_pid()
     try:
-        while query.isActive:
+        # One round before Spark's first trigger: starting the query and its source's
+        # Python worker takes seconds, and a (re)started relay should deliver first.
+        processor.run_rounds("start-up round", 0)
+        query = None if stop.requested else start_query(relay, processor, available_now)
+        while query is not None and query.isActive:
             if not stop.requested and not _alive(watched):
                 stop.request("the process that launched the relay is gone")
             if stop.requested:
@@ -122,7 +125,7 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
                     query.stop()
                 break
             query.awaitTermination(1)
-        error = query.exception()
+        error = query.exception() if query is not None else None
         failed = error is not None and not _stop_side_effect(stop, stopping, processor, error)
     except Exception as exc:
         if _stop_side_effect(stop, stopping, processor, exc):

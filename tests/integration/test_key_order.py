@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from relay.config import Config
 from relay.control.db import Database
 from relay.data.partitioning import partitioning_key_col
-from relay.data.read import read_claimed
+from relay.data.read import read_current_batch
 from relay.ledger.delta import Ledger
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
@@ -123,10 +123,17 @@ def test_sql_and_spark_agree_on_the_partitioning_key_and_split_by_it(
         migrated_url, "SELECT id, relay_partitioning_key(partition_key, key) FROM kafka_messages")}
     assert sql == expected, "SQL relay_partitioning_key"
 
-    query(migrated_url, "INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids)"
-          " VALUES (gen_random_uuid(), %s, %s, 't', %s)", (SPLIT_BATCH, topic, ids))
+    # White space and a backslash: the read names its token in a connection setting.
+    token = f"split test\t{topic}\\"
+    stale = insert(migrated_url, [[Msg(topic, b"stale", b"v")]])
+    session = ("INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids)"
+               " VALUES (gen_random_uuid(), %s, %s, %s, %s)")
+    # An earlier batch of the same token, and the same batch of another token: not read.
+    query(migrated_url, session, (SPLIT_BATCH - 1, topic, token, stale))
+    query(migrated_url, session, (SPLIT_BATCH + 1, topic, token + "x", stale))
+    query(migrated_url, session, (SPLIT_BATCH, topic, token, ids))
     config: Config = make_config([topic])
-    rows = read_claimed(spark, config.postgres, SPLIT_BATCH, 8).select(
+    rows = read_current_batch(spark, config.postgres, token, 8).select(
         "id", "key_hash", partitioning_key_col().alias("pbytes"),
         F.spark_partition_id().alias("task")).collect()
     spark_bytes = {r.id: None if r.pbytes is None else bytes(r.pbytes) for r in rows}

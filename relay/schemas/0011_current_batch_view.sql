@@ -1,0 +1,12 @@
+-- What the executors read over JDBC: the rows of the latest batch claimed by the relay
+-- whose lock token the reading connection names in its `relay.lock_token` setting (a
+-- connection option, relay.data.read). No batch id is part of the read's Spark plan, so
+-- the driver builds that plan once per session instead of once per batch: its analysis
+-- cost more than the write of a 1,000-row batch (bench/, W2).
+-- The latest batch is the one being sent: a relay finishes (or abandons) its sessions
+-- before it claims again, and batch ids come from a sequence.
+CREATE OR REPLACE VIEW relay_current_batch_messages AS
+SELECT c.*
+FROM relay_claimed_messages c
+WHERE c.batch_id = (SELECT max(s.batch_id) FROM relay_sessions s
+                    WHERE s.lock_token = current_setting('relay.lock_token', true));
