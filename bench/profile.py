@@ -89,7 +89,9 @@ def instrument() -> None:
 
     _patch_everywhere("relay.control.pending", "pending_topics", "pending_topics")
     _patch_everywhere("relay.control.claims", "finish", "finish")
-    _patch_everywhere("relay.data.read", "read_claimed", "read_claimed (plan)")
+    from relay.data import plan
+
+    _patch_method(plan.RecordPlan, "records", "record plan (built once, then reused)")
     _patch_everywhere("relay.data.sink", "write_records", "spark job (read+write)")
     _patch_method(claims.Claims, "claim", "claim")
     _patch_method(locks.TopicLocks, "acquire", "lock")
@@ -100,6 +102,7 @@ def instrument() -> None:
     from relay.stream import delivery
 
     _patch_method(delivery.Delivery, "deliver", "deliver")
+    _patch_method(batch.BatchProcessor, "run_once", "round")
     try:
         from relay.control import parking
 

@@ -57,8 +57,10 @@ class BatchProcessor:
                  continuous: bool = False) -> None:
         self.relay = relay
         self.stop = stop
-        # Available-now: only topics with rows up to `bound` (what existed at the start)
-        # start a round, so rows written during a drain cannot keep its body running.
+        # Available-now: after a body's first round, only topics with rows up to `bound`
+        # (what existed at the start) start another, so rows written during a drain
+        # cannot keep a body running. The first round takes whatever is ready, as the
+        # source (whose own bound is fixed a moment later) expects of every micro-batch.
         self.bound = bound
         # Continuous: an idle body keeps polling until its time is up, so a message
         # written then waits for one poll, not for Spark's next trigger.
@@ -85,8 +87,10 @@ class BatchProcessor:
             if not may_run:
                 return
             try:
+                rounds = 0
                 while True:
-                    worked = self.run_once()
+                    worked = self.run_once(self.bound if rounds else None)
+                    rounds += 1
                     if self.stop.requested or time.monotonic() >= deadline:
                         return
                     if not worked and not self._idle_poll(deadline):
@@ -111,12 +115,13 @@ class BatchProcessor:
     def _policy(self, topic: str) -> str:
         return rule_for(self.relay.config.relay.topic_rules, topic).policy
 
-    def run_once(self) -> bool:
-        """One round; returns whether it locked any topic."""
+    def run_once(self, bound: int | None = None) -> bool:
+        """One round, on the ready topics (with rows up to `bound` when given); returns
+        whether it locked any topic."""
         settings = self.relay.config.relay
-        states = pending_topics(self.relay.db, settings.lock_timeout_s, self._filter, self.bound)
+        states = pending_topics(self.relay.db, settings.lock_timeout_s, self._filter, bound)
         ready = [s.topic for s in states
-                 if s.state == "ready" and (self.bound is None or s.below_bound)]
+                 if s.state == "ready" and (bound is None or s.below_bound)]
         locked = self.relay.locks.acquire(ready)
         if not locked:
             return False

@@ -115,7 +115,8 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
         # One round before Spark's first trigger: starting the query and its source's
         # Python worker takes seconds, and a (re)started relay should deliver first.
         processor.run_rounds("start-up round", 0)
-        query = None if stop.requested else start_query(relay, processor, available_now)
+        idle = stop.requested or (bound is not None and _drained(relay, bound))
+        query = None if idle else start_query(relay, processor, available_now)
         while query is not None and query.isActive:
             if not stop.requested and not _alive(watched):
                 stop.request("the process that launched the relay is gone")
@@ -201,6 +202,15 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _drained(relay: Relay, bound: int) -> bool:
+    """Whether an available-now run has nothing left from before its start (then a query
+    would only start, find no work and end: seconds of launch to exit)."""
+    try:
+        return not any(s.below_bound for s in left_over(relay, bound))
+    except RelayError:
+        return False  # the query's source polls again, and the end is verified anyway
 
 
 def _remaining(relay: Relay, bound: int) -> list[TopicState]:

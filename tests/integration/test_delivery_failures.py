@@ -59,10 +59,10 @@ def test_one_poison_topic_among_many_is_found_in_log_n_writes(
     writes: list[tuple[list[str] | None, Any]] = []
     original = Delivery._write
 
-    def counted(self: Delivery, batch_id: int, counts: dict[str, int],
-                topics: list[str] | None, id_range: Any) -> None:
+    def counted(self: Delivery, counts: dict[str, int], topics: list[str] | None,
+                id_range: Any) -> None:
         writes.append((topics, id_range))
-        original(self, batch_id, counts, topics, id_range)
+        original(self, counts, topics, id_range)
 
     monkeypatch.setattr(Delivery, "_write", counted)
     config = make_config([*healthy, bad], relay={
@@ -112,11 +112,11 @@ def test_a_lost_lock_cancels_the_write_in_flight_and_the_rest_is_sent_once(
         init(self, *args)
         deliveries.append(self)
 
-    def timed_write(self: Delivery, batch_id: int, counts: dict[str, int],
-                    topics: list[str], id_range: Any) -> None:
+    def timed_write(self: Delivery, counts: dict[str, int], topics: list[str],
+                    id_range: Any) -> None:
         start = time.monotonic()
         try:
-            write(self, batch_id, counts, topics, id_range)
+            write(self, counts, topics, id_range)
         finally:
             writes.append((list(topics), start, time.monotonic()))
 

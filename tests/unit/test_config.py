@@ -156,6 +156,19 @@ def test_the_executors_read_has_its_own_statement_timeout() -> None:
     assert pg.statement_timeout_ms != 300_000
 
 
+def test_the_read_names_its_lock_token_in_a_connection_setting_escaped() -> None:
+    """PostgreSQL splits start-up options on white space; a backslash makes the next
+    character literal. A source name may hold both."""
+    from relay.data.read import LOCK_TOKEN_SETTING, jdbc_options
+
+    pg = build_config({}, env={}).postgres
+    token = "my relay\\x\tz@host:12:ab"
+    options = jdbc_options(pg, {LOCK_TOKEN_SETTING: token})["options"]
+    assert options.endswith(" -c relay.lock_token=my\\ relay\\\\x\\\tz@host:12:ab")
+    assert options.startswith("-c statement_timeout=")
+    assert "relay.lock_token" not in jdbc_options(pg)["options"]
+
+
 # Item 2.7: the producer's delivery guarantees are not pass-through options.
 @pytest.mark.parametrize(
     ("key", "value"),

@@ -1,0 +1,125 @@
+"""Several claim rounds inside one micro-batch body, on the real stack.
+
+The counts of Spark's micro-batches come from the query's checkpoint (one file per
+committed batch under commits/), the records from a consumer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from relay.config import Config
+from relay.stack import StackInfo
+from relay.stream.runner import EXIT_OK
+from relay.stream.stop import StopSignal
+from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
+from tests.integration.helpers import (
+    Msg,
+    consume,
+    create_topics,
+    every_key_shape,
+    insert,
+    order_report,
+    query,
+    unique,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def committed_micro_batches(config: Config) -> int:
+    commits = Path(config.relay.checkpoint_path) / "commits"
+    return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.exists() else 0
+
+
+def test_a_drain_runs_its_rounds_inside_few_micro_batches_in_key_order(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+) -> None:
+    topics = {unique("rounds-a"): 3, unique("rounds-b"): 2}
+    create_topics(stack.kafka_bootstrap, topics)
+    msgs = every_key_shape(list(topics), 42)
+    ids = insert(migrated_url, [[m] for m in msgs])
+    # White space and a backslash in the source name: the executors' read names the
+    # relay's lock token (which starts with it) in a connection setting.
+    config = make_config(list(topics), relay={
+        "batch_size": 5, "micro_batch_s": 600, "source_name": "rounds relay \\ x"})
+
+    result = run_relay(config)
+
+    assert result.exit_code == EXIT_OK
+    got = consume(stack.kafka_bootstrap, list(topics), expect=len(ids))
+    assert sorted(r.outbox_id for r in got) == sorted(ids), "lost or duplicated"
+    inversions, spread, _ = order_report(dict(zip(ids, msgs, strict=True)), got)
+    assert (inversions, spread) == (0, 0)
+    rounds = result.stats.batches
+    assert rounds >= 42 // 5, f"{rounds} rounds for 42 rows a topic in claims of 5"
+    # One round before the query starts, the rest in its first micro-batch.
+    assert committed_micro_batches(config) <= 2 < rounds
+    assert query(migrated_url, "SELECT count(*) FROM relay_sessions")[0][0] == 0
+
+
+def test_rows_written_during_a_drain_do_not_keep_its_body_running(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+) -> None:
+    topic = unique("rounds-bound")
+    create_topics(stack.kafka_bootstrap, {topic: 1})
+    first = insert(migrated_url, [[Msg(topic, b"k", f"v{i}".encode())] for i in range(20)])
+    config = make_config([topic], relay={"batch_size": 2, "micro_batch_s": 600})
+    done = threading.Event()
+
+    def write_on() -> None:
+        n = 0
+        while not done.wait(0.05):
+            insert(migrated_url, [[Msg(topic, b"k", f"late{n}".encode())]])
+            n += 1
+
+    writer = threading.Thread(target=write_on, daemon=True)
+    writer.start()
+    try:
+        started = time.monotonic()
+        result = run_relay(config)
+        took = time.monotonic() - started
+    finally:
+        done.set()
+        writer.join(10)
+    assert result.exit_code == EXIT_OK
+    got = consume(stack.kafka_bootstrap, [topic], expect=len(first))
+    assert set(first) <= {r.outbox_id for r in got}
+    # Without the start bound each round finds a new row and the body ends only at
+    # micro_batch_s (600 s).
+    assert took < 120, f"the drain ran {took:.0f} s while rows kept arriving"
+
+
+def test_a_continuous_body_serves_later_writes_and_stops_promptly(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+) -> None:
+    topic = unique("rounds-c")
+    create_topics(stack.kafka_bootstrap, {topic: 2})
+    config = make_config([topic], relay={"micro_batch_s": 600, "poll_interval_s": 0.1})
+    stop = StopSignal()
+    thread, results = run_in_thread(lambda: run_relay(config, available_now=False, stop=stop))
+    ids: list[int] = []
+    try:
+        for wave in range(3):
+            ids += insert(migrated_url, [[Msg(topic, f"k{i % 3}".encode(), f"{wave}.{i}".encode())]
+                                         for i in range(10)])
+            assert wait_for(lambda: query(migrated_url, "SELECT count(*) FROM kafka_messages "
+                                          "WHERE topic = %s", (topic,))[0][0] == 0, 120, 0.1)
+            time.sleep(1.0)
+        got = consume(stack.kafka_bootstrap, [topic], expect=len(ids))
+        assert sorted(r.outbox_id for r in got) == sorted(ids)
+    finally:
+        asked = time.monotonic()
+        stop.request("test")
+        thread.join(120)
+    stopped_in = time.monotonic() - asked
+    assert results and results[0].exit_code == EXIT_OK
+    assert results[0].stats.batches >= 3
+    # All three waves inside one body, which the stop ended within its poll.
+    assert committed_micro_batches(config) <= 1
+    assert stopped_in < 15, f"the stop took {stopped_in:.1f} s"
