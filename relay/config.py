@@ -89,6 +89,10 @@ class KafkaConfig(_Model):
     linger_ms: int = Field(5, ge=0)
     batch_size: int = Field(262_144, ge=1024)
     compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
+    # The Java producer fetches metadata at most once per backoff, and each topic new to
+    # it waits for a fetch before its first record: at Kafka's default (100 ms) a first
+    # write to 1,000 topics waited about 50 s (bench/, W3). Also the first retry's pause.
+    retry_backoff_ms: int = Field(10, ge=1)
     admin_timeout_s: float = Field(10.0, gt=0)
     # How long the broker must keep saying a topic does not exist before its rows count
     # as undeliverable (parked under `park`): a new topic's metadata takes a moment.
@@ -153,8 +157,10 @@ class RelaySettings(_Model):
     checkpoint_path: str = ".relay-data/checkpoint"
     available_now_deadline_s: float = Field(60.0, ge=0)
     # How long one micro-batch body keeps running rounds (and, continuous, polling)
-    # before it hands back to Spark; 0 runs one round per micro-batch.
-    micro_batch_s: float = Field(30.0, ge=0)
+    # before it hands back to Spark; 0 runs one round per micro-batch. Each hand-back
+    # stalls delivery for Spark's trigger (about 1 s on 2 cores): at 30 s, two stalls a
+    # minute put W2's p99 above 1 s (bench/).
+    micro_batch_s: float = Field(300.0, ge=0)
 
     @field_validator("include_topics", "exclude_topics")
     @classmethod

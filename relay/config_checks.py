@@ -25,6 +25,7 @@ OWNED_JAVA_OPTIONS = {
     "request.timeout.ms": "kafka.request_timeout_ms",
     "linger.ms": "kafka.linger_ms",
     "batch.size": "kafka.batch_size",
+    "retry.backoff.ms": "kafka.retry_backoff_ms",
 }
 
 
