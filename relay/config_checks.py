@@ -26,6 +26,7 @@ OWNED_JAVA_OPTIONS = {
     "linger.ms": "kafka.linger_ms",
     "batch.size": "kafka.batch_size",
     "retry.backoff.ms": "kafka.retry_backoff_ms",
+    "buffer.memory": "kafka.buffer_memory",
 }
 
 

@@ -24,6 +24,7 @@ def producer_options(kafka: KafkaConfig) -> dict[str, str]:
         "kafka.compression.type": kafka.compression_type,
         "kafka.max.block.ms": str(kafka.delivery_timeout_ms),
         "kafka.retry.backoff.ms": str(kafka.retry_backoff_ms),
+        "kafka.buffer.memory": str(kafka.buffer_memory),
     }
     options.update({f"kafka.{k}": v for k, v in kafka.java_options.items()})
     return options
