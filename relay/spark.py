@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -33,6 +34,11 @@ def base_conf(config: Config) -> dict[str, str]:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
+    pools = Path(__file__).with_name("fairscheduler.xml")
+    if pools.is_file():  # not when the relay is imported from a zip (--py-files)
+        # A ledger copy must not hold the cores a round's write waits for.
+        conf["spark.scheduler.mode"] = "FAIR"
+        conf["spark.scheduler.allocation.file"] = str(pools)
     conf.update(config.spark.conf)
     if config.spark.resolve_packages and not under_spark_submit():
         # Outside spark-submit pyspark starts the JVM itself, with this configuration.

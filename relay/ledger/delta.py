@@ -36,6 +36,8 @@ LEDGER_COLUMNS = (
     "copy_batch",
     "origin",
 )
+# The scheduler pool of the copies (relay/fairscheduler.xml): rounds' tasks go first.
+LEDGER_POOL = "relay-ledger"
 _ROW_IDENTITY = ("origin", "copy_batch", "session_id", "topic", "message_id")
 
 
@@ -106,6 +108,7 @@ class Ledger:
     def _copy(self, copy_batch: int, backend: int) -> int:
         """Writes one batch and deletes it from staging once Delta provably holds it."""
         self.spark.sparkContext.setJobGroup("outbox-relay-ledger", "ledger copy", False)
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", LEDGER_POOL)
         batch: int | None = copy_batch
         while batch is not None:
             expected = staging.batch_rows(self.db, batch)
