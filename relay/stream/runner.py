@@ -109,14 +109,18 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
     flusher = LedgerFlusher(relay)
     flusher.start()
     failed = False
-    stopping = False
+    stopping = starting = False
     watched = _watched_pid()
     try:
         # One round before Spark's first trigger: starting the query and its source's
         # Python worker takes seconds, and a (re)started relay should deliver first.
         processor.run_rounds("start-up round", 0)
         idle = stop.requested or (bound is not None and _drained(relay, bound))
+        # A stop signal to the process group also reaches the Python worker that starting
+        # the query spawns, and fails the start: that is the stop, not a failure.
+        starting = True
         query = None if idle else start_query(relay, processor, available_now)
+        starting = False
         while query is not None and query.isActive:
             if not stop.requested and not _alive(watched):
                 stop.request("the process that launched the relay is gone")
@@ -129,9 +133,10 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
         error = query.exception() if query is not None else None
         failed = error is not None and not _stop_side_effect(stop, stopping, processor, error)
     except Exception as exc:
-        if _stop_side_effect(stop, stopping, processor, exc):
-            log.warning("the stop interrupted Spark's bookkeeping after the last batch body "
-                        "(its checkpoint entry is redone on restart): %s", _first_line(exc))
+        if _stop_side_effect(stop, stopping or (starting and stop.requested), processor, exc):
+            log.warning("the stop interrupted Spark outside a batch body (nothing was in "
+                        "flight; a checkpoint entry cut short is redone on restart): %s",
+                        _first_line(exc))
         else:
             log.error("the streaming query failed: %s", exc)
             failed = True

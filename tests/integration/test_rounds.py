@@ -14,6 +14,7 @@ import pytest
 
 from relay.config import Config
 from relay.stack import StackInfo
+from relay.stream import runner
 from relay.stream.runner import EXIT_OK
 from relay.stream.stop import StopSignal
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
@@ -123,3 +124,22 @@ def test_a_continuous_body_serves_later_writes_and_stops_promptly(
     # All three waves inside one body, which the stop ended within its poll.
     assert committed_micro_batches(config) <= 1
     assert stopped_in < 15, f"the stop took {stopped_in:.1f} s"
+
+
+def test_a_stop_that_fails_the_query_start_is_a_stop_not_a_failure(
+    make_config: ConfigFactory, run_relay: RelayRunner, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The start-up round can finish all there is, so a supervisor's SIGTERM to the
+    process group may land while the query starts, killing the Python worker that the
+    start spawns (seen in the fault suite). Played here: the stop, then that failure."""
+    stop = StopSignal()
+
+    def killed_start(*args: object, **kwargs: object) -> None:
+        stop.request("test")
+        raise RuntimeError("EOFException occurred while reading the port number from "
+                           "pyspark.daemon's stdout and terminated with code: 143")
+
+    monkeypatch.setattr(runner, "start_query", killed_start)
+    result = run_relay(make_config([unique("rounds-stop")]), available_now=False, stop=stop)
+    assert result.exit_code == EXIT_OK
+
