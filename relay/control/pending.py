@@ -40,6 +40,14 @@ WHERE t.topic IS NOT NULL
 
 MAX_ID = "SELECT coalesce(max(id), 0) AS max_id FROM kafka_messages"
 
+# Every running relay polls the outbox through one connection of this name (its
+# streaming source, relay.stream.source).
+SOURCE_APPLICATION = "outbox-relay-source"
+RELAYS_POLLING = """
+SELECT count(*) AS n FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = %s
+"""
+
 
 @dataclass(frozen=True)
 class TopicState:
@@ -87,3 +95,9 @@ def pending_topics(
 def max_id(db: Database) -> int:
     row = db.one(MAX_ID)
     return int(row["max_id"]) if row else 0
+
+
+def relays_polling(db: Database) -> int:
+    """How many relays poll this outbox now, this one included once its source runs."""
+    row = db.one(RELAYS_POLLING, (SOURCE_APPLICATION,))
+    return int(row["n"]) if row else 0

@@ -14,6 +14,7 @@ a stop still ends the body after the round in flight.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Collection
@@ -24,17 +25,14 @@ from pyspark.sql import DataFrame
 
 from relay import failpoints
 from relay.control.claims import Claim, TopicLimits, finish
-from relay.control.kafka_admin import TopicInfo, TopicUnavailable, topic_name_problem
 from relay.control.parking import Parking
-from relay.control.pending import TopicFilter, pending_topics
-from relay.control.record_size import payload_allowance
-from relay.control.topic_meta import TopicMeta
+from relay.control.pending import TopicFilter, pending_topics, relays_polling
 from relay.errors import DatabaseUnavailableError, UnreachableError
 from relay.stream.delivery import Delivery
-from relay.stream.failures import describe_failure
 from relay.stream.heartbeat import Heartbeat
 from relay.stream.policy import rule_for
 from relay.stream.stop import StopSignal
+from relay.stream.topic_check import TopicCheck
 from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
@@ -71,7 +69,7 @@ class BatchProcessor:
         self._parking = Parking(relay.db, relay.token, settings.lock_timeout_s,
                                 settings.source_name, settings.header_prefix)
         self._delivery = Delivery(relay, self._parking)
-        self._topic_meta = TopicMeta(relay.db)
+        self._topics = TopicCheck(relay)
         # The error that ended a batch body, if one did: the runner tells it apart from
         # what its own query.stop() makes Spark raise after the last body finished.
         self.failure: BaseException | None = None
@@ -95,6 +93,8 @@ class BatchProcessor:
                         return
                     if not worked and not self._idle_poll(deadline):
                         return
+                    if worked and self._make_way():
+                        return
             except (DatabaseUnavailableError, UnreachableError) as exc:
                 # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
                 # Any other error is a defect and fails the query loudly.
@@ -103,6 +103,15 @@ class BatchProcessor:
             except BaseException as exc:
                 self.failure = exc
                 raise
+
+    def _make_way(self) -> bool:
+        """Between rounds no lock is held, but the next round would take every topic back
+        at once: when other relays poll this outbox, pause a random part of a poll
+        interval so that they get topics too (Spark's trigger used to leave that gap).
+        Returns whether a stop came meanwhile."""
+        if relays_polling(self.relay.db) <= 1:
+            return False
+        return self.stop.wait(random.uniform(0, self.relay.config.relay.poll_interval_s))
 
     def _idle_poll(self, deadline: float) -> bool:
         """After a round without work: whether to try another one. Continuous bodies wait
@@ -133,7 +142,7 @@ class BatchProcessor:
                          self._jvm_alive, on_lost=self._delivery.lock_lost)
         try:
             with beat:
-                limits, counts, doomed = self._validate(locked, errors)
+                limits, counts, doomed = self._topics.validate(locked, errors)
                 # A topic whose lock was lost gets no more work; the fenced SQL would
                 # refuse it anyway.
                 self._park_doomed([t for t in limits if t.topic not in beat.lost],
@@ -146,59 +155,6 @@ class BatchProcessor:
             # topics still held, so nobody can take them over until it commits.
             self._finish(locked, acknowledged, errors)
         return True
-
-    def _validate(
-        self, locked: list[str], errors: dict[str, str]
-    ) -> tuple[list[TopicLimits], dict[str, int], dict[str, str]]:
-        """What fails for certain is caught before anything is sent.
-
-        Returns the limits of the sendable topics, their partition counts, and the
-        topics Kafka will never accept (illegal name, missing beyond the grace period)
-        with the reason. An outage is only an error: it must never make a healthy row
-        look doomed.
-        """
-        kafka = self.relay.config.kafka
-        doomed = {t: p for t in locked if (p := topic_name_problem(t)) is not None}
-        named = [t for t in locked if t not in doomed]
-        try:
-            infos = self.relay.admin.describe(named) if named else {}
-        except Exception as exc:
-            reason = f"Kafka unavailable: {describe_failure(exc)}"
-            errors.update({t: reason for t in named})
-            return [], {}, doomed
-        present = {t: i for t in named if isinstance(i := infos.get(t), TopicInfo)}
-        self._note_partitions({t: i.partitions for t, i in present.items()})
-        self._sort_unavailable(
-            {t: i for t, i in infos.items() if isinstance(i, TopicUnavailable)}, errors, doomed)
-        limits, counts = [], {}
-        for topic, info in present.items():
-            counts[topic] = info.partitions
-            settings = self.relay.config.relay
-            max_bytes = payload_allowance(info.max_message_bytes, kafka.max_request_size,
-                                          kafka.compression_type, settings.header_prefix,
-                                          settings.source_name)
-            rule = rule_for(settings.topic_rules, topic)
-            # The failpoint plays a topic turned compacted after its config was read.
-            key_required = info.compacted and not failpoints.armed("stale_topic_config")
-            limits.append(TopicLimits(topic, max_bytes, rule.compact, key_required))
-        return limits, counts, doomed
-
-    def _sort_unavailable(self, unavailable: dict[str, TopicUnavailable],
-                          errors: dict[str, str], doomed: dict[str, str]) -> None:
-        """A topic the broker has called missing for longer than the grace is doomed;
-        every other unavailable topic is in error and backs off."""
-        grace = self.relay.config.kafka.missing_topic_grace_s
-        missing_for = self._topic_meta.note_missing(
-            [t for t, u in unavailable.items() if u.missing])
-        for topic, u in unavailable.items():
-            seconds = missing_for.get(topic)
-            if seconds is None:
-                errors[topic] = u.reason
-            elif seconds >= grace:
-                doomed[topic] = f"{u.reason} (reported missing for {seconds:.0f} s)"
-            else:
-                errors[topic] = (f"{u.reason} (for {seconds:.0f} s so far; it counts as "
-                                 f"missing after kafka.missing_topic_grace_s = {grace:g} s)")
 
     def _park_doomed(
         self, limits: list[TopicLimits], doomed: dict[str, str], errors: dict[str, str]
@@ -220,14 +176,6 @@ class BatchProcessor:
         if n:
             self.stats.parked[topic] += n
             log.warning("topic %s: parked %d message(s): %s", topic, n, reason)
-
-    def _note_partitions(self, counts: dict[str, int]) -> None:
-        for change in self._topic_meta.note_present(counts):
-            log.warning(
-                "topic %s went from %d to %d partitions: keys now map to other partitions, "
-                "so a key's messages before and after this point may sit in two partitions",
-                change.topic, change.before, change.after,
-            )
 
     def _claim_and_send(
         self,

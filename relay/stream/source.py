@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from relay.config_load import from_json_without_secrets
 from relay.control.db import Database
-from relay.control.pending import TopicFilter, max_id, pending_topics
+from relay.control.pending import SOURCE_APPLICATION, TopicFilter, max_id, pending_topics
 from relay.errors import RelayError
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         relay = self._config.relay
         self._poll_s = relay.poll_interval_s
         self._filter = TopicFilter(relay.include_topics, relay.exclude_topics)
-        self._db = Database(self._config.postgres, "outbox-relay-source")
+        self._db = Database(self._config.postgres, SOURCE_APPLICATION)
         self._last_poll = 0.0
         self._bound: int | None = None
         self._deadline: float | None = None

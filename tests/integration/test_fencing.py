@@ -188,7 +188,7 @@ def test_the_heartbeat_renews_while_the_batch_validates(
     _outbox(migrated_url, topic)
     relay = build_relay(config, spark)
     processor = BatchProcessor(relay, StopSignal())
-    validate = processor._validate
+    validate = processor._topics.validate
     renewed: list[bool] = []
 
     def slow_validate(locked: list[str], errors: dict[str, str]) -> Any:
@@ -198,7 +198,7 @@ def test_the_heartbeat_renews_while_the_batch_validates(
                                 3 * config.relay.heartbeat_interval_s, 0.2))
         return validate(locked, errors)
 
-    processor._validate = slow_validate  # type: ignore[method-assign]
+    processor._topics.validate = slow_validate  # type: ignore[method-assign]
     try:
         processor.run_once()
     finally:
@@ -215,7 +215,7 @@ def test_a_lock_lost_before_the_claim_skips_the_claim(
     _outbox(migrated_url, topic)
     relay = build_relay(config, spark)
     processor = BatchProcessor(relay, StopSignal())
-    validate, claim = processor._validate, relay.claims.claim
+    validate, claim = processor._topics.validate, relay.claims.claim
     claimed: list[list[str]] = []
     lost = threading.Event()
 
@@ -237,7 +237,7 @@ def test_a_lock_lost_before_the_claim_skips_the_claim(
         lost.set()
 
     processor._delivery.lock_lost = noted  # type: ignore[method-assign]
-    processor._validate = stolen_while_validating  # type: ignore[method-assign]
+    processor._topics.validate = stolen_while_validating  # type: ignore[method-assign]
     relay.claims.claim = recording_claim  # type: ignore[method-assign]
     try:
         processor.run_once()

@@ -112,7 +112,7 @@ def test_partitions_added_while_no_relay_ran_are_noticed_and_stored(
     assert wait_for(lambda: len(admin.list_topics(topic, timeout=10)
                                 .topics[topic].partitions) == 5, timeout_s=30)
     insert(migrated_url, [[Msg(topic, f"k{i}".encode(), b"after") for i in range(4)]])
-    caplog.set_level(logging.WARNING, logger="relay.stream.batch")
+    caplog.set_level(logging.WARNING, logger="relay.stream.topic_check")
 
     assert run_relay(make_config([topic], name="restarted")).exit_code == EXIT_OK
 

@@ -1,0 +1,84 @@
+"""What fails for certain is caught before a round sends anything: per locked topic,
+its name, its existence on the broker, its partition count and its size limit."""
+
+from __future__ import annotations
+
+import logging
+
+from relay import failpoints
+from relay.control.claims import TopicLimits
+from relay.control.kafka_admin import TopicInfo, TopicUnavailable, topic_name_problem
+from relay.control.record_size import payload_allowance
+from relay.control.topic_meta import TopicMeta
+from relay.stream.failures import describe_failure
+from relay.stream.policy import rule_for
+from relay.wiring import Relay
+
+log = logging.getLogger(__name__)
+
+
+class TopicCheck:
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self._meta = TopicMeta(relay.db)
+
+    def validate(
+        self, locked: list[str], errors: dict[str, str]
+    ) -> tuple[list[TopicLimits], dict[str, int], dict[str, str]]:
+        """What fails for certain is caught before anything is sent.
+
+        Returns the limits of the sendable topics, their partition counts, and the
+        topics Kafka will never accept (illegal name, missing beyond the grace period)
+        with the reason. An outage is only an error: it must never make a healthy row
+        look doomed.
+        """
+        kafka = self.relay.config.kafka
+        doomed = {t: p for t in locked if (p := topic_name_problem(t)) is not None}
+        named = [t for t in locked if t not in doomed]
+        try:
+            infos = self.relay.admin.describe(named) if named else {}
+        except Exception as exc:
+            reason = f"Kafka unavailable: {describe_failure(exc)}"
+            errors.update({t: reason for t in named})
+            return [], {}, doomed
+        present = {t: i for t in named if isinstance(i := infos.get(t), TopicInfo)}
+        self._note_partitions({t: i.partitions for t, i in present.items()})
+        self._sort_unavailable(
+            {t: i for t, i in infos.items() if isinstance(i, TopicUnavailable)}, errors, doomed)
+        limits, counts = [], {}
+        for topic, info in present.items():
+            counts[topic] = info.partitions
+            settings = self.relay.config.relay
+            max_bytes = payload_allowance(info.max_message_bytes, kafka.max_request_size,
+                                          kafka.compression_type, settings.header_prefix,
+                                          settings.source_name)
+            rule = rule_for(settings.topic_rules, topic)
+            # The failpoint plays a topic turned compacted after its config was read.
+            key_required = info.compacted and not failpoints.armed("stale_topic_config")
+            limits.append(TopicLimits(topic, max_bytes, rule.compact, key_required))
+        return limits, counts, doomed
+
+    def _sort_unavailable(self, unavailable: dict[str, TopicUnavailable],
+                          errors: dict[str, str], doomed: dict[str, str]) -> None:
+        """A topic the broker has called missing for longer than the grace is doomed;
+        every other unavailable topic is in error and backs off."""
+        grace = self.relay.config.kafka.missing_topic_grace_s
+        missing_for = self._meta.note_missing(
+            [t for t, u in unavailable.items() if u.missing])
+        for topic, u in unavailable.items():
+            seconds = missing_for.get(topic)
+            if seconds is None:
+                errors[topic] = u.reason
+            elif seconds >= grace:
+                doomed[topic] = f"{u.reason} (reported missing for {seconds:.0f} s)"
+            else:
+                errors[topic] = (f"{u.reason} (for {seconds:.0f} s so far; it counts as "
+                                 f"missing after kafka.missing_topic_grace_s = {grace:g} s)")
+
+    def _note_partitions(self, counts: dict[str, int]) -> None:
+        for change in self._meta.note_present(counts):
+            log.warning(
+                "topic %s went from %d to %d partitions: keys now map to other partitions, "
+                "so a key's messages before and after this point may sit in two partitions",
+                change.topic, change.before, change.after,
+            )
