@@ -209,11 +209,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _from_before(relay: Relay, bound: int) -> list[TopicState]:
+    """Topics holding rows that existed when an available-now run started."""
+    return [s for s in left_over(relay, bound) if s.below_bound]
+
+
 def _drained(relay: Relay, bound: int) -> bool:
     """Whether an available-now run has nothing left from before its start (then a query
     would only start, find no work and end: seconds of launch to exit)."""
     try:
-        return not any(s.below_bound for s in left_over(relay, bound))
+        return not _from_before(relay, bound)
     except RelayError:
         return False  # the query's source polls again, and the end is verified anyway
 
@@ -226,7 +231,7 @@ def _remaining(relay: Relay, bound: int) -> list[TopicState]:
     """
     for attempt in range(1, _REMAINING_ATTEMPTS + 1):
         try:
-            return [s for s in left_over(relay, bound) if s.below_bound]
+            return _from_before(relay, bound)
         except RelayError as exc:
             if attempt == _REMAINING_ATTEMPTS:
                 raise
