@@ -1,10 +1,13 @@
-"""``python -m bench run [--quick] [--only W1,W3] [--proposals] [--no-profile] [--rerun]``.
+"""``python -m bench run [--quick] [--only W1,W3] [--repeat 3] [--proposals] [--no-profile]``.
 
 Starts the bench's own local stack, runs the workloads against every contender and
 writes reports/bench.json, reports/bench.md and the plots. ``--quick`` uses about a
 tenth of the data and marks the report as quick. ``--rerun --only W2`` measures W2 again
 (every contender of it) and replaces it in the existing report, which records when and
 why (``--reason``). It refuses a busy machine unless ``--force`` (bench/quiet.py).
+Contenders alternate, ``--repeat`` runs each (bench/repeat.py), within the time plan
+(bench/plan.py), which is printed at the start; a window spoiled by outside CPU is
+measured again, at most ``--reruns`` times (bench/outside.py).
 """
 
 from __future__ import annotations
@@ -20,13 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
+from bench.common import Scale
+from bench.context import Bench
 from bench.env import BenchEnv
+from bench.outside import OutsideCpu
+from bench.plan import make_plan
 from bench.quiet import check_quiet
-from bench.workloads import Profiles, Scale, Workloads
+from bench.repeat import SPOIL_CORES
+from bench.workloads import Profiles, Workloads
 
 REPO = Path(__file__).resolve().parents[1]
 # W1H and W3H: W1 and W3 with the horizon held by an open transaction (bench/horizon.py).
-ALL = ("STARTSTOP", "W1", "W1H", "W2", "W3", "W3H", "W4")
+ALL = ("STARTSTOP", "W1", "W1H", "W2", "W3", "W3H", "W4", "W5", "W6", "SOAK", "W2C")
 
 
 def _git() -> tuple[str, bool]:
@@ -46,7 +54,7 @@ def _mem_gib() -> float:
 def sql_proposals(env: BenchEnv, scale: Scale) -> dict[str, Any]:
     """The current and the proposed claim statements on W1's and W3's shapes."""
     from bench import sqlexp
-    from bench.workloads import W1_KEYS, W1_TOPICS, W3_KEYS, W3_PER_TOPIC
+    from bench.common import W1_KEYS, W1_TOPICS, W3_KEYS, W3_PER_TOPIC
 
     n3 = scale.w3_topics
     shapes = {
@@ -81,10 +89,13 @@ def rerun(args: argparse.Namespace) -> int:
     quiet = check_quiet(args.force)
     load_start = [round(x, 2) for x in os.getloadavg()]
     env = BenchEnv.start()
-    workloads = Workloads(env, Scale(quick=args.quick), proposals=args.proposals)
+    bench = _bench(args, env, only)
+    workloads = Workloads(bench)
     for name in only:
         results["workloads"][name] = [o.to_json() for o in getattr(workloads, name.lower())()]
     env.drop_databases()
+    assert bench.outside is not None
+    bench.outside.stop()
     git, dirty = _git()
     results["meta"].setdefault("reruns", []).append({
         "workloads": only, "started": started,
@@ -97,15 +108,26 @@ def rerun(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace, env: BenchEnv, only: list[str]) -> Bench:
+    """The run's shared state, its time plan printed (and kept in the report)."""
+    plan = make_plan(only, args.repeat, args.quick, not args.no_profile and not args.rerun,
+                     args.budget_min * 60)
+    print("[bench] time plan:\n  " + "\n  ".join(plan.lines()), flush=True)
+    return Bench(env, Scale(quick=args.quick, repeat=args.repeat), proposals=args.proposals,
+                 reruns=args.reruns, spoil_cores=args.spoil_cores,
+                 outside=OutsideCpu().start(), plan=plan.to_json())
+
+
 def run(args: argparse.Namespace) -> int:
     if args.rerun:
         return rerun(args)
     only = [w.strip().upper() for w in args.only.split(",")] if args.only else list(ALL)
-    scale = Scale(quick=args.quick)
     started = time.time()
     git, dirty = _git()
     quiet = check_quiet(args.force)
     env = BenchEnv.start()
+    bench = _bench(args, env, only)
+    scale = bench.scale
     results: dict[str, Any] = {
         "meta": {
             "quick": args.quick,
@@ -118,10 +140,13 @@ def run(args: argparse.Namespace) -> int:
             "dirty": dirty,
             "workloads": only,
             "proposals": ["claim"] if args.proposals else [],
+            "plan": bench.plan,
+            "spoil_cores": args.spoil_cores,
+            "max_reruns": args.reruns,
         },
         "workloads": {},
     }
-    workloads = Workloads(env, scale, proposals=args.proposals)
+    workloads = Workloads(bench)
     failures: list[str] = []
     for name in only:
         try:
@@ -130,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         except Exception:
             failures.append(name)
             print(f"[bench] {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
-    if not args.no_profile:
+    if bench.plan["profile"]:
         profiles = Profiles(env, scale)
         results["profile"] = {}
         steps: list[tuple[str, Any]] = [
@@ -159,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
             failures.append("explain")
             print(f"[bench] explain failed:\n{traceback.format_exc()}", file=sys.stderr)
     env.drop_databases()
+    assert bench.outside is not None
+    bench.outside.stop()
     results["meta"].update(
         finished=dt.datetime.now().isoformat(timespec="seconds"),
         duration_s=round(time.time() - started),
@@ -185,6 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--rerun", action="store_true",
                    help="measure the --only workloads again, replacing them in --out's report")
     r.add_argument("--reason", help="with --rerun: why, recorded in the report")
+    r.add_argument("--repeat", type=int, default=3,
+                   help="runs of each contender, alternating (the time plan may cut it)")
+    r.add_argument("--reruns", type=int, default=2,
+                   help="re-runs at most of a window spoiled by CPU outside the contenders")
+    r.add_argument("--spoil-cores", type=float, default=SPOIL_CORES,
+                   help="outside CPU (mean cores) above which a window is spoiled")
+    r.add_argument("--budget-min", type=float, default=120.0,
+                   help="the time plan's budget for the whole run")
     r.add_argument("--force", action="store_true",
                    help="start on a busy machine anyway; the report is marked as forced")
     rep = sub.add_parser("report", help="rewrite bench.md and the plots from bench.json")

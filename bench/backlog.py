@@ -26,6 +26,8 @@ class Backlog:
     topics: tuple[str, ...]
     keys: int
     payload_bytes: int = PAYLOAD_BYTES
+    # W6: every row with two user headers and a partition_key other than its key.
+    headers: bool = False
 
     @property
     def total_bytes(self) -> int:
@@ -67,10 +69,23 @@ FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS g
 JOIN bench_pool p ON p.i = g %% %(npool)s
 ORDER BY g
 """
+# Row g's partition_key groups ten keys ('p<g mod K / 10>'), so it differs from the key
+# and the partitioner must use it, as Deimos's producers do.
+INSERT_CHUNK_HEADERS = """
+INSERT INTO kafka_messages (topic, message, key, partition_key, headers)
+SELECT (%(topics)s::varchar[])[1 + g %% %(ntopics)s], p.payload,
+       convert_to('k' || (g %% %(nkeys)s), 'UTF8'),
+       'p' || ((g %% %(nkeys)s) / 10),
+       jsonb_build_object('trace-id', 't' || g, 'tenant', 'n' || (g %% 97))
+FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS g
+JOIN bench_pool p ON p.i = g %% %(npool)s
+ORDER BY g
+"""
 
 
-def load(url: str, backlog: Backlog) -> float:
-    """Insert the backlog, vacuum and analyze it, checkpoint; returns seconds taken."""
+def load(url: str, backlog: Backlog, settle: bool = True) -> float:
+    """Insert the backlog, vacuum and analyze it, checkpoint (unless `settle` is False: a
+    backlog written while a contender runs); returns seconds taken."""
     started = time.monotonic()
     pool = payload_pool(length=backlog.payload_bytes)
     conn = connect(url, autocommit=True)
@@ -86,7 +101,7 @@ def load(url: str, backlog: Backlog) -> float:
             for lo in range(1, backlog.rows + 1, _CHUNK_ROWS):
                 hi = min(backlog.rows, lo + _CHUNK_ROWS - 1)
                 cur.execute(
-                    INSERT_CHUNK,
+                    INSERT_CHUNK_HEADERS if backlog.headers else INSERT_CHUNK,
                     {
                         "topics": list(backlog.topics),
                         "ntopics": len(backlog.topics),
@@ -96,13 +111,14 @@ def load(url: str, backlog: Backlog) -> float:
                         "hi": hi,
                     },
                 )
-            settle(cur)
+            if settle:
+                settle_table(cur)
     finally:
         conn.close()
     return time.monotonic() - started
 
 
-def settle(cur: object) -> None:
+def settle_table(cur: object) -> None:
     """What a real outbox would have had time for: vacuumed, analyzed, checkpointed."""
     execute = cur.execute  # type: ignore[attr-defined]
     execute("VACUUM (ANALYZE) kafka_messages")

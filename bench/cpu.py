@@ -21,7 +21,7 @@ def _children_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _machine_s() -> float:
+def machine_cpu_s() -> float:
     with open("/proc/stat", encoding="ascii") as f:
         values = [int(v) for v in f.readline().split()[1:]]
     return sum(values[i] for i in _BUSY_FIELDS) / os.sysconf("SC_CLK_TCK")
@@ -32,13 +32,13 @@ class CpuMeter:
     """Start before the contender is launched, stop after it was waited for."""
 
     _tree0: float = field(default_factory=_children_s)
-    _machine0: float = field(default_factory=_machine_s)
+    _machine0: float = field(default_factory=machine_cpu_s)
     tree_s: float | None = None
     machine_s: float | None = None
 
     def stop(self) -> CpuMeter:
         self.tree_s = _children_s() - self._tree0
-        self.machine_s = _machine_s() - self._machine0
+        self.machine_s = machine_cpu_s() - self._machine0
         return self
 
     def to_json(self, messages: int) -> dict[str, Any]:

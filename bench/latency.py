@@ -15,12 +15,18 @@ import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bench.backlog import payload_pool
 from bench.env import connect
 
 SEQ = struct.Struct(">q")
+
+
+class Flag(Protocol):
+    """A stop flag: a multiprocessing or a threading Event."""
+
+    def is_set(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -33,7 +39,7 @@ class Load:
 
 
 def generate(
-    url: str, load: Load, out: Path, start_seq: int = 0, stop: mp.synchronize.Event | None = None
+    url: str, load: Load, out: Path, start_seq: int = 0, stop: Flag | None = None
 ) -> int:
     """Insert at `load.rate`; write (seq, created_at epoch) pairs to `out`; return rows."""
     pool = payload_pool()

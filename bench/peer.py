@@ -12,6 +12,9 @@ What Deimos v2 (``Deimos::Utils::DbProducer``) does, on one thread:
 * release the lock (or register the error), move on; after all topics, update
   ``last_processed_at`` of the idle ones and sleep 0.5 s.
 
+Each row is sent as Deimos sends it: its key, its user headers, and, when it has a
+``partition_key``, to the partition that key picks (crc32, as Deimos's producer does).
+
 Every statement autocommits, as ActiveRecord does outside a transaction. The
 ``--delete batch`` variant deletes a batch's ids in one statement instead, to show
 how much of the gap comes from that alone. Bench only; never used by the product.
@@ -28,6 +31,7 @@ import signal
 import sys
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +56,7 @@ WHERE topic = %(topic)s
 """
 IS_LOCKED = "SELECT 1 FROM kafka_topic_info WHERE locked_by = %s AND topic = %s LIMIT 1"
 RETRIEVE = """
-SELECT id, topic, message, key, partition_key FROM kafka_messages
+SELECT id, topic, message, key, partition_key, headers FROM kafka_messages
 WHERE topic = %s ORDER BY id LIMIT %s
 """
 DELETE = "DELETE FROM kafka_messages WHERE topic = %s AND id IN %s"
@@ -109,6 +113,7 @@ class DbProducer:
             }
         )
         self.delete_mode = delete_mode
+        self._partitions: dict[str, int] = {}
         self.stats = PeerStats()
         self.stopping = False
         self._failed: list[KafkaError] = []
@@ -188,12 +193,25 @@ class DbProducer:
         if err is not None:
             self._failed.append(err)
 
+    def _partition_of(self, topic: str, partition_key: str) -> int:
+        """Deimos hands `partition_key` to its producer, which partitions by it, not by the
+        key: crc32 modulo the partition count (ruby-kafka's default; rdkafka's
+        `consistent`, as set above). The count is fetched once per topic."""
+        if topic not in self._partitions:
+            meta = self.producer.list_topics(topic, timeout=30).topics[topic]
+            self._partitions[topic] = len(meta.partitions)
+        return zlib.crc32(partition_key.encode()) % self._partitions[topic]
+
     def produce(self, messages: list[tuple[Any, ...]]) -> None:
         self._failed.clear()
-        for _id, topic, message, key, partition_key in messages:
+        for _id, topic, message, key, partition_key, headers in messages:
             kwargs: dict[str, Any] = {"value": bytes(message) if message is not None else None}
             if key is not None or partition_key is not None:
                 kwargs["key"] = bytes(key) if key is not None else partition_key.encode()
+            if partition_key is not None and key is not None:
+                kwargs["partition"] = self._partition_of(topic, partition_key)
+            if headers:  # jsonb of string values, decoded by psycopg2
+                kwargs["headers"] = [(k, str(v).encode()) for k, v in headers.items()]
             while True:
                 try:
                     self.producer.produce(topic, on_delivery=self._on_delivery, **kwargs)

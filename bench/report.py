@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bench.workloads import (
+from bench.common import (
     FLOOR_PROBE,
     KAFKA_LIMIT,
     PEER,

@@ -1,0 +1,89 @@
+"""The machine's limits on a workload's backlog (bench/limits.py, bench/javaperf.py):
+PostgreSQL alone, Kafka alone (confluent-kafka, and Kafka's own Java tool: the higher is
+the Kafka limit), and the pipeline of both. Measured once per run: they are ceilings,
+not contenders, and the time plan keeps the repetitions for the contenders."""
+
+from __future__ import annotations
+
+import traceback
+
+from bench import limits
+from bench.backlog import Backlog, load
+from bench.common import KAFKA_LIMIT, KAFKA_LIMIT_JAVA, PG_LIMIT, PIPELINE_LIMIT, Outcome, log
+from bench.context import Bench
+from bench.javaperf import java_limit
+from relay.config import Config
+
+KAFKA_LIMIT_CONFLUENT = "Kafka limit, confluent-kafka"
+
+
+def limit_outcomes(bench: Bench, label: str, backlog: Backlog, partitions: int,
+                   workload: str) -> list[Outcome]:
+    env = bench.env
+    url = env.fresh_database(f"{label}-pg")
+    load(url, backlog)
+    pg = limits.postgres_limit(url)
+    env.drop_database(url)
+    out = [Outcome(PG_LIMIT, pg.rows, pg.seconds, {
+        "read_s": round(pg.read_s, 2), "delete_s": round(pg.delete_s, 2),
+        "bytes_read": pg.bytes_read,
+    })]
+    config = bench.config(workload, "postgresql://unused@127.0.0.1/x", f"{label}-kafka")
+    out += _kafka(bench, label, backlog, partitions, config)
+    out.append(_pipeline(bench, label, backlog, partitions, config))
+    return out
+
+
+def _kafka(bench: Bench, label: str, backlog: Backlog, partitions: int,
+           config: Config) -> list[Outcome]:
+    env = bench.env
+    topics = env.topic_names(f"{label}-kafka", len(backlog.topics))
+    repeats = 2
+    every = topics + [f"{t}.r{i}" for i in range(1, repeats) for t in topics]
+    env.create_topics(every, partitions)
+    kafka_backlog = Backlog(backlog.rows, tuple(topics), backlog.keys, backlog.payload_bytes)
+    kafka = limits.kafka_limit(env.stack.kafka_bootstrap, kafka_backlog, config.kafka, repeats)
+    records = env.end_offsets(topics, partitions)
+    env.delete_topics(every)
+    confluent = Outcome(KAFKA_LIMIT_CONFLUENT, kafka.rows, kafka.seconds,
+                        {"kafka_records": records, "best_of": repeats})
+    out = [confluent]
+    java_topics = env.topic_names(f"{label}-java", len(backlog.topics))
+    env.create_topics(java_topics, partitions)
+    try:
+        java = java_limit(env.stack.kafka_bootstrap, kafka_backlog, java_topics, config.kafka,
+                          env.run_dir(f"{label}-java"))
+        out.append(Outcome(KAFKA_LIMIT_JAVA, java.rows, java.seconds, {
+            "kafka_records": env.end_offsets(java_topics, partitions),
+            "per_topic_s": [round(s, 2) for s in java.per_topic],
+            "note": "no keys, no headers: the tool sends payloads only",
+        }))
+    except Exception:  # the confluent figure still stands; the report says it is alone
+        log(f"Java ProducerPerformance failed:\n{traceback.format_exc()}")
+    finally:
+        env.delete_topics(java_topics)
+    best = max(out, key=lambda o: o.msgs_per_s)
+    out.append(Outcome(KAFKA_LIMIT, best.rows, best.seconds, {
+        "higher_of": best.contender,
+        "confluent_msgs_per_s": round(confluent.msgs_per_s, 1),
+        "java_msgs_per_s": round(out[1].msgs_per_s, 1) if len(out) > 1 else None,
+    }))
+    return out
+
+
+def _pipeline(bench: Bench, label: str, backlog: Backlog, partitions: int,
+              config: Config) -> Outcome:
+    env = bench.env
+    url = env.fresh_database(f"{label}-pipe")
+    topics = env.topic_names(f"{label}-pipe", len(backlog.topics))
+    env.create_topics(topics, partitions)
+    load(url, Backlog(backlog.rows, tuple(topics), backlog.keys, backlog.payload_bytes))
+    pipe = limits.pipeline_limit(url, env.stack.kafka_bootstrap, config.kafka)
+    records = env.end_offsets(topics, partitions)
+    env.drop_database(url)
+    env.delete_topics(topics)
+    return Outcome(PIPELINE_LIMIT, pipe.rows, pipe.seconds, {
+        "copy_and_produce_s": round(pipe.copy_and_produce_s, 2),
+        "flush_s": round(pipe.flush_s, 2), "delete_s": round(pipe.delete_s, 2),
+        "kafka_records": records,
+    })

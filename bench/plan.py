@@ -1,0 +1,115 @@
+"""The time plan (issue 10: the whole benchmark fits in 120 minutes).
+
+Each workload's duration is estimated from its runs (seconds per run of each contender,
+from the last full runs on this 2-core machine, plus its once-only parts: limits, floor
+probe, the ledger-deferred run). Cuts, in order, until the estimate fits the budget:
+the one-delete peer (a second row, no target) runs once; the profiling and EXPLAIN runs
+(no target) are skipped; the peer's held-horizon cap drops from 15 to 5 minutes (a
+capped peer is an upper bound of its rate, so relay/peer stays a lower bound); only
+then do workloads lose repetitions, those with the longest runs first, never below 2.
+Soak, W2C and W4 run once in every plan: the report marks them as fewer than 3 runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+BUDGET_S = 120 * 60
+# Full scale, seconds per run: (relay, peer, peer one-delete), and once-only seconds.
+_FULL: dict[str, tuple[tuple[float, float, float], float]] = {
+    "STARTSTOP": ((20, 0, 0), 0),
+    "W1": ((110, 330, 300), 100 + 200),  # + the ledger-deferred run and the limits
+    "W1H": ((170, 290, 290), 0),
+    "W2": ((110, 95, 0), 60),  # + the floor probe
+    "W3": ((110, 35, 30), 80),
+    "W3H": ((110, 40, 35), 0),
+    "W4": ((0, 0, 0), 800),
+    "W5": ((110, 220, 0), 0),
+    "W6": ((80, 260, 200), 150),  # + topic setup and loads of 1M rows
+    "SOAK": ((0, 0, 0), 20 * 60 + 90),
+    "W2C": ((0, 0, 0), 2 * 220),
+}
+_HELD = ("W1H", "W3H")
+_ONCE = ("SOAK", "W2C", "W4")
+PROFILE_S = 8 * 60
+HELD_CAP_S, HELD_CAP_CUT_S = 15 * 60, 5 * 60
+
+
+def _quick(seconds: float) -> float:
+    """About a tenth of the data, but start-ups and warm-ups stay: a rough quarter."""
+    return 15 + 0.25 * seconds if seconds else 0.0
+
+
+@dataclass
+class Plan:
+    repeat: dict[str, int]
+    peer_batch_runs: int
+    peer_held_cap_s: float
+    profile: bool
+    estimate_s: dict[str, float]
+    budget_s: float
+    cuts: list[str] = field(default_factory=list)
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.estimate_s.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"repeat": self.repeat, "peer_batch_runs": self.peer_batch_runs,
+                "peer_held_cap_s": self.peer_held_cap_s, "profile": self.profile,
+                "estimate_s": {k: round(v) for k, v in self.estimate_s.items()},
+                "total_s": round(self.total_s), "budget_s": self.budget_s, "cuts": self.cuts}
+
+    def lines(self) -> list[str]:
+        out = [f"{w}: {self.repeat.get(w, 1)} run(s) per contender, about "
+               f"{s / 60:.0f} min" for w, s in self.estimate_s.items()]
+        out.append(f"total about {self.total_s / 60:.0f} min of {self.budget_s / 60:.0f}")
+        return out + [f"cut: {c}" for c in self.cuts]
+
+
+def _estimate(workload: str, repeat: int, batch_runs: int, cap: float, quick: bool) -> float:
+    if workload == "PROFILE":
+        return _quick(PROFILE_S) if quick else PROFILE_S
+    (relay, peer, batch), once = _FULL[workload]
+    if workload in _HELD:
+        peer, batch = min(peer, cap), min(batch, cap)
+    runs = 1 if workload in _ONCE else repeat
+    total = runs * (relay + peer) + min(runs, batch_runs) * batch + once
+    return _quick(total) if quick else total
+
+
+def make_plan(workloads: list[str], repeat: int, quick: bool, profile: bool,
+              budget_s: float = BUDGET_S) -> Plan:
+    plan = Plan(repeat={w: (1 if w in _ONCE else repeat) for w in workloads},
+                peer_batch_runs=repeat, peer_held_cap_s=HELD_CAP_S, profile=profile,
+                estimate_s={}, budget_s=budget_s)
+
+    def estimate() -> None:
+        plan.estimate_s = {w: _estimate(w, plan.repeat[w], plan.peer_batch_runs,
+                                        plan.peer_held_cap_s, quick) for w in workloads}
+        if plan.profile:
+            plan.estimate_s["PROFILE"] = _estimate("PROFILE", 1, 1, 0, quick)
+
+    estimate()
+    cuts = [("the one-delete peer runs once", lambda: setattr(plan, "peer_batch_runs", 1)),
+            ("no profiling or EXPLAIN runs", lambda: setattr(plan, "profile", False)),
+            (f"the peer's held-horizon cap {HELD_CAP_CUT_S // 60} min",
+             lambda: setattr(plan, "peer_held_cap_s", HELD_CAP_CUT_S))]
+    for why, cut in cuts:
+        if plan.total_s <= budget_s:
+            return plan
+        cut()
+        plan.cuts.append(why)
+        estimate()
+    # The last resort: fewer repetitions, the longest workloads first, never below 2.
+    while plan.total_s > budget_s:
+        can = [w for w in workloads if w not in _ONCE and plan.repeat[w] > 2]
+        if not can:
+            plan.cuts.append("still over budget with 2 runs each")
+            break
+        longest = max(can, key=lambda w: plan.estimate_s[w])
+        plan.repeat[longest] -= 1
+        plan.cuts.append(f"{longest}: {plan.repeat[longest]} runs")
+        estimate()
+    return plan

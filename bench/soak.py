@@ -1,0 +1,105 @@
+"""SOAK: the relay at 2,000 msg/s for 20 minutes. p99 per minute, the first 5 minutes
+against the last 5 (within 20%), and what must stay bounded, sampled every 15 s: the
+Delta ledger's files (parquet files and _delta_log entries under the ledger's path) and
+the queue table's size (pg_total_relation_size of kafka_messages). One run: 20 minutes
+is a sixth of the benchmark, so the report marks it as fewer than 3 runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import RELAY, W2_KEYS, W2_PARTITIONS, W2_TOPICS, W2_TX, Outcome, log
+from bench.context import Bench
+from bench.env import connect
+from bench.latency import Load, generate, percentiles
+from bench.steady import latency_extra, read_latencies, relay_summary, running
+
+SOAK_RATE, SAMPLE_S, STEADY_SHARE = 2000, 15.0, 0.20
+
+
+def ledger_files(path: Path) -> dict[str, int]:
+    """Parquet files and _delta_log entries (commits and checkpoints) under `path`."""
+    logs = [p for p in path.rglob("*") if p.parent.name == "_delta_log" and p.is_file()]
+    return {"parquet_files": sum(1 for _ in path.rglob("*.parquet")) - sum(
+        1 for p in logs if p.suffix == ".parquet"), "delta_log_entries": len(logs)}
+
+
+def queue_bytes(url: str) -> int:
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_total_relation_size('kafka_messages')")
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def per_minute_p99(created: dict[int, float], lat: dict[int, float], t0: float,
+                   minute_s: float = 60.0) -> list[float]:
+    """p99 of the messages created in each minute (by created_at) since t0."""
+    buckets: dict[int, list[float]] = {}
+    for seq, value in lat.items():
+        buckets.setdefault(int((created[seq] - t0) // minute_s), []).append(value)
+    return [round(percentiles(buckets[m])["p99"], 4) for m in sorted(buckets) if m >= 0]
+
+
+def steady(minutes: list[float], span: int) -> dict[str, Any]:
+    """First `span` minutes' p99 against the last `span`'s (medians), within 20%."""
+    if len(minutes) < 2:
+        return {"first": None, "last": None, "ratio": None, "steady": None}
+    span = max(1, min(span, len(minutes) // 2))
+    first = sorted(minutes[:span])[span // 2]
+    last = sorted(minutes[-span:])[span // 2]
+    ratio = last / first if first else None
+    return {"first": first, "last": last, "ratio": ratio,
+            "steady": ratio is not None and abs(ratio - 1) <= STEADY_SHARE}
+
+
+def soak(bench: Bench) -> list[Outcome]:
+    env = bench.env
+    label = "soak"
+    topics = env.topic_names(label, W2_TOPICS)
+    env.create_topics(topics, W2_PARTITIONS)
+    seconds = bench.scale.soak_seconds
+    # Quick runs are 2 minutes: "minutes" of 15 s, first and last 30 s compared.
+    minute = 15.0 if bench.scale.quick else 60.0
+    span = 2 if bench.scale.quick else 5
+    samples: list[dict[str, Any]] = []
+    done = threading.Event()
+    ledger = Path(bench.config("SOAK", "postgresql://x@127.0.0.1/x", label).ledger.path)
+    log(f"SOAK: relay, {SOAK_RATE} msg/s for {seconds:.0f} s")
+    try:
+        with running(bench, "SOAK", label, False, topics, W2_PARTITIONS) as run:
+            run.warm_up(SOAK_RATE, 10.0)
+            started = time.time()
+
+            def sample() -> None:
+                while not done.wait(SAMPLE_S):
+                    samples.append({"t": round(time.time() - started, 1),
+                                    "queue_bytes": queue_bytes(run.url), **ledger_files(ledger)})
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            n = generate(run.url, Load(SOAK_RATE, W2_TX, seconds, tuple(topics), W2_KEYS),
+                         run.run_dir / "generated.bin")
+            ended = time.time()
+            done.set()
+            sampler.join()
+            run.consumer.wait_for(run.consumer.count + 1, 10)
+        relay = relay_summary(run)
+        created, lat, dup = read_latencies(run, "generated.bin")
+    finally:
+        done.set()
+        env.delete_topics(topics)
+    minutes = per_minute_p99(created, lat, started, minute)
+    result = Outcome(RELAY, n, ended - started, window=(started, ended), extra={
+        **latency_extra(list(lat.values()), n, dup), "minute_s": minute,
+        "p99_per_minute": minutes, "first_vs_last": steady(minutes, span),
+        "samples": samples, "achieved_rate": round(n / (ended - started), 1), **relay,
+    })
+    result.extra["outside_cpu"] = bench.outside.window(started, ended) if bench.outside else None
+    log(f"SOAK: p99 per minute {minutes}; first vs last {result.extra['first_vs_last']}")
+    return [result]

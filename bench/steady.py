@@ -1,0 +1,117 @@
+"""Continuous contenders under a generated load (W2, W2C, W5, SOAK): the relay or the
+peer runs continuously, a consumer stamps each record's receipt, and latency runs from
+a row's created_at to that receipt (bench/latency.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    REPO,
+    W2_KEYS,
+    W2_TX,
+    W2_WARMUP_S,
+    in_repo,
+    relay_env,
+)
+from bench.context import Bench
+from bench.latency import LatencyConsumer, Load, generate, percentiles, read_generated
+from bench.relay_proc import RelayProcess, launch
+
+PROBE_SEQ, WARMUP_SEQ = 3 * 10**12, 2 * 10**12
+
+
+@dataclass
+class Running:
+    """A continuous contender and the consumer of its topics."""
+
+    url: str
+    topics: list[str]
+    run_dir: Path
+    consumer: LatencyConsumer
+    relay: RelayProcess | None
+
+    def warm_up(self, rate: int, seconds: float = W2_WARMUP_S) -> bool:
+        """Start-up is not latency: a first message through, then the same load until the
+        JVM is warm and its backlog gone, so the measured window starts steady."""
+        topics = tuple(self.topics)
+        generate(self.url, Load(100, W2_TX, 0.1, topics, W2_KEYS), self.run_dir / "probe.bin",
+                 start_seq=PROBE_SEQ)
+        if not self.consumer.wait_for(10, 600):
+            raise RuntimeError("nothing arrived within 10 minutes")
+        warm = Load(rate, W2_TX, seconds, topics, W2_KEYS)
+        n = generate(self.url, warm, self.run_dir / "warmup.bin", start_seq=WARMUP_SEQ)
+        return self.consumer.wait_for(10 + n, 300)
+
+
+@contextlib.contextmanager
+def running(bench: Bench, workload: str, label: str, proposals: bool | None,
+            topics: list[str], partitions: int) -> Iterator[Running]:
+    """The relay (`proposals` True/False) or the peer (None) running on a fresh database;
+    the consumer reads `topics`, where the warm-up writes too."""
+    env = bench.env
+    url = env.fresh_database(label)
+    run_dir = env.run_dir(label)
+    consumer = LatencyConsumer(env.stack.kafka_bootstrap, topics, partitions,
+                               run_dir / "received.bin")
+    consumer.start()
+    relay: RelayProcess | None = None
+    peer: subprocess.Popen[bytes] | None = None
+    try:
+        if proposals is None:
+            peer = subprocess.Popen(
+                [sys.executable, "-m", "bench.peer", "--url", url, "--bootstrap",
+                 env.stack.kafka_bootstrap, "--stats", str(run_dir / "peer.json")],
+                cwd=REPO, start_new_session=True)
+        else:
+            relay = launch(bench.config(workload, url, label), run_dir,
+                           extra_env=relay_env(proposals))
+        yield Running(url, topics, run_dir, consumer, relay)
+    finally:
+        if relay is not None:
+            relay.terminate()
+        if peer is not None:
+            peer.terminate()
+            peer.wait(60)
+        consumer.stop()
+        env.drop_database(url)
+
+
+def latencies(receipts: list[tuple[int, float]], generated: dict[int, float]
+              ) -> tuple[dict[int, float], int]:
+    """Latency of each generated sequence number's first receipt, and the duplicates."""
+    out: dict[int, float] = {}
+    duplicates = 0
+    for seq, at in receipts:
+        if seq in generated:
+            if seq in out:
+                duplicates += 1
+                continue
+            out[seq] = at - generated[seq]
+    return out, duplicates
+
+
+def latency_extra(values: list[float], generated: int, duplicates: int) -> dict[str, Any]:
+    return {
+        "latency_s": {k: round(v, 4) for k, v in percentiles(values).items()},
+        "received": len(values), "missing": generated - len(values), "duplicates": duplicates,
+    }
+
+
+def relay_summary(run: Running) -> dict[str, Any]:
+    if run.relay is None:
+        return {}
+    return {**run.relay.summary(), "log": in_repo(run.relay.log)}
+
+
+def read_latencies(run: Running, name: str) -> tuple[dict[int, float], dict[int, float], int]:
+    """(generated seq -> created_at, seq -> latency, duplicates) of `name`.bin."""
+    generated = read_generated(run.run_dir / name)
+    lat, duplicates = latencies(run.consumer.receipts(), generated)
+    return generated, lat, duplicates
