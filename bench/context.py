@@ -11,7 +11,7 @@ from typing import Any
 from bench.common import PROFILES, RELAY, RELAY_PROPOSED, Outcome, Scale, log
 from bench.env import BenchEnv
 from bench.outside import OutsideCpu
-from bench.repeat import SPOIL_CORES, run_measured
+from bench.repeat import SPOIL_CORES, run_measured, spoiled
 from relay.config import Config
 
 
@@ -63,6 +63,8 @@ class Bench:
         for d in discarded:
             log(f"re-run of {outcome.contender}: {d['why']}")
         outcome.extra["rerun_because"] = [d["why"] for d in discarded]
+        # Still spoiled after the last re-run allowed: kept, and marked as such.
+        outcome.extra["spoiled"] = spoiled(cores(outcome), self.spoil_cores)
         if rep is not None:
             outcome.extra["rep"] = rep
         return outcome

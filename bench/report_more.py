@@ -1,0 +1,124 @@
+"""bench.md sections of the workloads issue 10 added (W5, W6, soak, W2 curve), the
+Kafka limits, the Delta ledger's CPU share and the time plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.common import (
+    KAFKA_LIMIT,
+    KAFKA_LIMIT_JAVA,
+    RELAY,
+    RELAY_LEDGER_DEFERRED,
+)
+from bench.limit_runs import KAFKA_LIMIT_CONFLUENT
+from bench.report import by_name
+from bench.report_sections import num
+
+
+def more_sections(results: dict[str, Any]) -> list[str]:
+    w = results["summary"]
+    lines = _plan(results["meta"].get("plan"))
+    lines += _kafka(w.get("W1", []))
+    lines += _ledger(w.get("W1", []), results["figures"].get(RELAY, {}))
+    if "W6" in w:
+        lines += ["## W6: 100 B rows with two user headers and a partition_key", "",
+                  "| contender | msgs/s (median) | min | max | runs | CPU per 1k msgs, machine |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for o in w["W6"]:
+            span = o.get("range", {}).get("msgs_per_s") or [o["msgs_per_s"]] * 2
+            lines.append(f"| {o['contender']} | {num(o['msgs_per_s'])} | {num(span[0])} | "
+                         f"{num(span[1])} | {o.get('runs', 1)} | "
+                         f"{num(o.get('cpu_machine_s_per_1k'), 3)} |")
+        lines.append("")
+    if "W5" in w:
+        lines += ["## W5: 100 busy topics while one more drains its backlog", "",
+                  "The busy topics' latency counts for rows created from the start of the "
+                  "backlog's write to its last record in Kafka.", "",
+                  "| contender | busy p50 s | busy p99 s | big topic drain s | drained | runs |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for o in w["W5"]:
+            lat = o["during_drain_latency_s"]
+            lines.append(f"| {o['contender']} | {lat['p50']:.3f} | {lat['p99']:.3f} | "
+                         f"{o['seconds']:.1f} | {o.get('big_topic_drained')} | "
+                         f"{o.get('runs', 1)} |")
+        lines.append("")
+    lines += _soak(w.get("SOAK", []))
+    lines += _curve(w.get("W2C", []))
+    return lines
+
+
+def _plan(plan: dict[str, Any] | None) -> list[str]:
+    if not plan:
+        return []
+    runs = ", ".join(f"{k} {v}" for k, v in plan["repeat"].items())
+    cuts = "; ".join(plan["cuts"]) or "none"
+    return ["## Time plan", "",
+            f"Runs per contender: {runs}; the one-delete peer {plan['peer_batch_runs']}; the "
+            f"peer's held-horizon cap {plan['peer_held_cap_s'] / 60:.0f} min. Estimated "
+            f"{plan['total_s'] / 60:.0f} min of a {plan['budget_s'] / 60:.0f} min budget; "
+            f"cuts: {cuts}.", ""]
+
+
+def _kafka(outcomes: list[dict[str, Any]]) -> list[str]:
+    o = by_name(outcomes)
+    if KAFKA_LIMIT not in o:
+        return []
+    c, j = o.get(KAFKA_LIMIT_CONFLUENT, {}), o.get(KAFKA_LIMIT_JAVA, {})
+    return ["## Kafka limit", "",
+            f"confluent-kafka: {num(c.get('msgs_per_s'))} msg/s; Kafka's Java "
+            f"ProducerPerformance (no keys or headers): {num(j.get('msgs_per_s'))} msg/s. The "
+            f"limit is the higher, {o[KAFKA_LIMIT].get('higher_of')}.", ""]
+
+
+def _ledger(outcomes: list[dict[str, Any]], f: dict[str, Any]) -> list[str]:
+    o = by_name(outcomes)
+    if RELAY_LEDGER_DEFERRED not in o:
+        return []
+    d, r = o[RELAY_LEDGER_DEFERRED], o.get(RELAY, {})
+    return ["## The Delta ledger's CPU share (W1)", "",
+            "One more relay run with the ledger's Delta copy deferred past the drain "
+            "(`ledger.flush_interval_s` longer than the run). Whole-machine CPU seconds per "
+            "1,000 messages over the drain (first lock to last record), relay as configured "
+            f"against deferred: {num(r.get('cpu_machine_drain_s_per_1k'), 4)} against "
+            f"{num(d.get('cpu_machine_drain_s_per_1k'), 4)}; the ledger's share during the "
+            f"drain: {num(f.get('w1_ledger_cpu_machine_drain_s_per_1k'), 4)} s per 1k. "
+            "Launch to exit (the deferred run copies at its end): "
+            f"{num(r.get('cpu_machine_s_per_1k'), 4)} against "
+            f"{num(d.get('cpu_machine_s_per_1k'), 4)}, difference "
+            f"{num(f.get('w1_ledger_cpu_machine_s_per_1k'), 4)}. The relay's median is of "
+            f"{r.get('runs', 1)} runs, the deferred run is one.", ""]
+
+
+def _soak(outcomes: list[dict[str, Any]]) -> list[str]:
+    if not outcomes:
+        return []
+    o = outcomes[0]
+    samples = o.get("samples") or []
+    fl = o["first_vs_last"]
+    last = samples[-1] if samples else {}
+    return ["## Soak", "",
+            f"{num(o['rows'])} messages at {num(o.get('achieved_rate'))} msg/s, one run. p99 "
+            f"per {o['minute_s']:.0f} s: {o['p99_per_minute']}. First against last: "
+            f"{fl['first']} s against {fl['last']} s. Ledger files at the end: "
+            f"{last.get('parquet_files')} parquet, {last.get('delta_log_entries')} _delta_log "
+            f"entries; queue table {num(last.get('queue_bytes'))} bytes (max "
+            f"{num(max((s['queue_bytes'] for s in samples), default=None))}), sampled every "
+            f"15 s ({len(samples)} samples in bench.json).", ""]
+
+
+def _curve(outcomes: list[dict[str, Any]]) -> list[str]:
+    if not outcomes:
+        return []
+    lines = ["## W2 curve", "", "One run per contender; a rate is saturated when the "
+             "backlog grows through it or is not gone after it.", "",
+             "| contender | rate | achieved | p50 s | p99 s | backlog slope /s | saturated |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for o in outcomes:
+        for p in o["points"]:
+            lat = p.get("latency_s") or {}
+            lines.append(f"| {o['contender']} | {p['rate']} | {num(p['achieved_rate'])} | "
+                         f"{lat.get('p50', float('nan')):.3f} | "
+                         f"{lat.get('p99', float('nan')):.3f} | {p['backlog_slope']} | "
+                         f"{'yes' if p['saturated'] else 'no'} |")
+    return [*lines, "", "![W2 curve](bench.w2c.png)", ""]

@@ -1,0 +1,111 @@
+"""The benchmark's pure rules: repetition order, medians with min and max, the spoiled
+window and its re-runs, saturation of the W2 curve, the soak's steadiness, the time
+plan. No Spark, no stack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.javaperf import parse_rate
+from bench.outside import inside
+from bench.plan import make_plan
+from bench.repeat import alternate, by_repetition, run_measured, spoiled, spread, summarize
+from bench.report import soak_bounded
+from bench.soak import per_minute_p99, steady
+from bench.w2c import saturated, slope
+
+ALL = ["STARTSTOP", "W1", "W1H", "W2", "W3", "W3H", "W4", "W5", "W6", "SOAK", "W2C"]
+
+
+def test_contenders_alternate_and_a_capped_one_runs_fewer_times() -> None:
+    assert alternate(["r", "p", "b"], 2) == [(0, "r"), (0, "p"), (0, "b"),
+                                             (1, "r"), (1, "p"), (1, "b")]
+    assert alternate(["r", "p", "b"], 3, [None, None, 1]) == [
+        (0, "r"), (0, "p"), (0, "b"), (1, "r"), (1, "p"), (2, "r"), (2, "p")]
+
+
+def test_summary_is_the_median_with_min_max_and_runs() -> None:
+    runs = [{"contender": "relay", "msgs_per_s": v, "latency_s": {"p99": v / 10},
+             "log": f"l{v}", "rep": i} for i, v in enumerate([30.0, 10.0, 20.0])]
+    runs.append({"contender": "peer", "msgs_per_s": 5.0, "latency_s": {"p99": 1.0}, "rep": 0})
+    out = {o["contender"]: o for o in summarize(runs)}
+    relay = out["relay"]
+    assert relay["msgs_per_s"] == 20.0 and relay["runs"] == 3
+    assert relay["range"]["msgs_per_s"] == [10.0, 30.0]
+    assert relay["latency_s"]["p99"] == pytest.approx(2.0)
+    assert relay["range"]["latency_s.p99"] == [1.0, 3.0]
+    assert relay["log"] == "l30.0"  # not a number: the first run's
+    assert out["peer"]["runs"] == 1
+    assert spread([3.0, None, 1.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 2}
+
+
+def test_by_repetition_puts_once_only_outcomes_in_every_repetition() -> None:
+    outs = [{"contender": "relay", "rep": 0}, {"contender": "relay", "rep": 1},
+            {"contender": "limit"}]
+    reps = by_repetition(outs)
+    assert [[o["contender"] for o in r] for r in reps] == [["relay", "limit"],
+                                                           ["relay", "limit"]]
+
+
+def test_a_spoiled_window_is_run_again_at_most_reruns_times() -> None:
+    assert spoiled(1.2) and not spoiled(1.0) and not spoiled(None)
+    seen: list[int] = []
+    cores = iter([1.5, 0.2])
+
+    def run(attempt: int) -> float:
+        seen.append(attempt)
+        return next(cores)
+
+    result, discarded = run_measured(run, lambda c: c, reruns=2)
+    assert result == 0.2 and seen == [0, 1] and len(discarded) == 1
+    assert "1.50 cores" in discarded[0]["why"]
+    always: list[Any] = []
+    result, discarded = run_measured(lambda a: always.append(a) or 3.0, lambda c: c, reruns=2)
+    assert always == [0, 1, 2] and len(discarded) == 2 and result == 3.0
+
+
+def test_saturation_is_a_growing_backlog_or_one_not_gone() -> None:
+    flat = [(float(t), 50) for t in range(10)]
+    growing = [(float(t), 100 * t) for t in range(10)]
+    assert slope(growing) == pytest.approx(100.0)
+    assert not saturated(flat, 1000, caught_up=True)
+    assert saturated(growing, 1000, caught_up=True)  # 100/s > 5% of 1,000/s
+    assert saturated(flat, 1000, caught_up=False)
+
+
+def test_soak_per_minute_p99_and_first_against_last() -> None:
+    created = {i: float(i) for i in range(240)}
+    lat = {i: 0.1 if i < 120 else 0.2 for i in range(240)}
+    assert per_minute_p99(created, lat, 0.0) == [0.1, 0.1, 0.2, 0.2]
+    assert steady([0.1, 0.1, 0.1, 0.1], 2)["steady"]
+    result = steady([0.1, 0.1, 0.2, 0.2], 2)
+    assert result["ratio"] == pytest.approx(2.0) and not result["steady"]
+    bounded = soak_bounded([{"parquet_files": n, "delta_log_entries": 5, "queue_bytes": 8192}
+                            for n in (1, 2, 3, 40)])
+    assert not bounded["parquet_files"]["bounded"]
+    assert bounded["queue_bytes"]["bounded"] and bounded["delta_log_entries"]["bounded"]
+
+
+def test_the_outside_set_excludes_our_tree_and_the_stacks() -> None:
+    parents = {1: 0, 10: 1, 11: 10, 12: 11, 20: 1, 21: 20, 30: 1}
+    assert inside(parents, {10, 20}) == {10, 11, 12, 20, 21}
+
+
+def test_producer_performance_summary_is_parsed() -> None:
+    out = ("5000 records sent, 999.0 records/sec\n"
+           "10000 records sent, 61050.1 records/sec (58.50 MB/sec), 12.3 ms avg latency")
+    assert parse_rate(out) == (10000, 61050.1)
+
+
+def test_the_plan_keeps_three_runs_and_cuts_elsewhere_first() -> None:
+    quick = make_plan(ALL, 3, quick=True, profile=True)
+    assert quick.total_s <= quick.budget_s and not quick.cuts
+    assert quick.repeat["W1"] == 3 and quick.repeat["SOAK"] == 1
+    tight = make_plan(["W1", "W2"], 3, quick=False, profile=True, budget_s=40 * 60)
+    assert tight.cuts[:2] == ["the one-delete peer runs once", "no profiling or EXPLAIN runs"]
+    assert tight.total_s <= 40 * 60 and tight.repeat["W1"] >= 2
+    full = make_plan(ALL, 3, quick=False, profile=True)
+    assert all(r >= 2 for r in full.repeat.values() if r > 1)
+    assert full.lines()[-1].startswith("cut:")
