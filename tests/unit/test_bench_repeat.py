@@ -42,8 +42,8 @@ def test_summary_is_the_median_with_min_max_and_runs() -> None:
 
 
 def test_by_repetition_puts_once_only_outcomes_in_every_repetition() -> None:
-    outs = [{"contender": "relay", "rep": 0}, {"contender": "relay", "rep": 1},
-            {"contender": "limit"}]
+    outs: list[dict[str, Any]] = [{"contender": "relay", "rep": 0},
+                                  {"contender": "relay", "rep": 1}, {"contender": "limit"}]
     reps = by_repetition(outs)
     assert [[o["contender"] for o in r] for r in reps] == [["relay", "limit"],
                                                            ["relay", "limit"]]
@@ -61,8 +61,13 @@ def test_a_spoiled_window_is_run_again_at_most_reruns_times() -> None:
     result, discarded = run_measured(run, lambda c: c, reruns=2)
     assert result == 0.2 and seen == [0, 1] and len(discarded) == 1
     assert "1.50 cores" in discarded[0]["why"]
-    always: list[Any] = []
-    result, discarded = run_measured(lambda a: always.append(a) or 3.0, lambda c: c, reruns=2)
+    always: list[int] = []
+
+    def busy(attempt: int) -> float:
+        always.append(attempt)
+        return 3.0
+
+    result, discarded = run_measured(busy, lambda c: c, reruns=2)
     assert always == [0, 1, 2] and len(discarded) == 2 and result == 3.0
 
 
