@@ -66,7 +66,10 @@ def _median_of(values: list[Any]) -> Any:
     first value (strings, lists: taken from the first run)."""
     first = values[0]
     if all(_numeric(v) for v in values):
-        return statistics.median(values)
+        median = statistics.median(values)
+        # Integers stay integers when the median is one (counts, exit codes).
+        return int(median) if float(median).is_integer() and all(
+            isinstance(v, int) for v in values) else round(median, 4)
     if isinstance(first, dict) and all(isinstance(v, dict) for v in values):
         keys = [k for k in first if all(k in v and _numeric(v[k]) for v in values)]
         return {**first, **{k: statistics.median([v[k] for v in values]) for k in keys}}
