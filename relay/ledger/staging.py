@@ -62,10 +62,12 @@ WHERE copy_batch = %(batch)s AND {_HOLDS_COPY_LOCK}
 RETURNING copy_batch
 """
 
-# The number of ledger rows a batch explodes into: what Delta must hold before the delete.
-BATCH_ROWS = """
-SELECT coalesce(sum(cardinality(ids)), 0)::bigint AS n
+# The ledger rows each staged record of a batch explodes into: what Delta must hold
+# before the delete.
+BATCH_RECORDS = """
+SELECT session_id::text AS session_id, topic, outcome, sum(cardinality(ids))::bigint AS n
 FROM relay_ledger_staging WHERE copy_batch = %s
+GROUP BY 1, 2, 3
 """
 
 REMOVE_BATCH = f"""
@@ -125,9 +127,10 @@ def retag_batch(db: Database, backend: int, copy_batch: int, floor: int) -> int 
     return int(rows[0]["copy_batch"])
 
 
-def batch_rows(db: Database, copy_batch: int) -> int:
-    row = db.one(BATCH_ROWS, (copy_batch,))
-    return int(row["n"]) if row else 0
+def batch_records(db: Database, copy_batch: int) -> dict[tuple[str, str, str], int]:
+    """Ledger rows per (session_id, topic, outcome) of a copy batch."""
+    return {(r["session_id"], r["topic"], r["outcome"]): int(r["n"])
+            for r in db.all(BATCH_RECORDS, (copy_batch,))}
 
 
 def remove_batch(db: Database, backend: int, copy_batch: int) -> None:

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from relay.data.partitioning import partition_for
 from relay.data.records import KAFKA_RECORD_COLUMNS, in_key_order, to_kafka_records
-from relay.ledger.delta import LEDGER_COLUMNS, explode_staging, missing_from
+from relay.ledger.delta import LEDGER_COLUMNS, explode_staging, missing_rows, session_counts
 
 pytestmark = pytest.mark.spark
 
@@ -101,19 +101,30 @@ def test_explode_staging_one_row_per_message(spark: SparkSession) -> None:
     assert_df_equality(out, expected, ignore_nullable=True)
 
 
-def test_missing_from_compares_rows_not_counts(spark: SparkSession) -> None:
+def test_session_counts_counts_rows_per_staged_record(spark: SparkSession) -> None:
     schema = (
         "topic string, message_id bigint, outcome string, session_id string, source string, "
         "relayed_at timestamp, copy_batch bigint, origin string"
     )
-    staged = spark.createDataFrame(
-        [("t", i, "published", "s-new", "src", CREATED, 2, "o") for i in (1, 2)], schema
-    )
-    # Batch 2 of the same origin is in the ledger already, with another session's rows.
     ledger = spark.createDataFrame(
-        [("t", i, "published", "s-old", "src", CREATED, 2, "o") for i in (1, 2)]
-        + [("t", 1, "published", "s-new", "src", CREATED, 2, "other")],
+        [("t", i, "published", "s-1", "src", CREATED, 2, "o") for i in (1, 2, 3)]
+        + [("t", 4, "compacted", "s-1", "src", CREATED, 2, "o"),
+           ("u", 5, "published", "s-2", "src", CREATED, 2, "o")],
         schema,
     )
-    assert_df_equality(staged.transform(missing_from, ledger), staged, ignore_row_order=True)
-    assert staged.transform(missing_from, staged).count() == 0
+    expected = spark.createDataFrame(
+        [("s-1", "t", "published", 3), ("s-1", "t", "compacted", 1), ("s-2", "u", "published", 1)],
+        "session_id string, topic string, outcome string, rows bigint",
+    )
+    assert_df_equality(ledger.transform(session_counts), expected, ignore_row_order=True,
+                       ignore_nullable=True)
+
+
+def test_a_batch_number_handed_out_again_is_missing_all_its_rows() -> None:
+    staged = {("s-new", "t", "published"): 2}
+    # Batch 2 of the same origin is in the ledger already, with another session's rows.
+    held = {("s-old", "t", "published"): 2}
+    assert missing_rows(staged, held) == 2
+    assert missing_rows(staged, {("s-new", "t", "published"): 1}) == 1
+    assert missing_rows(staged, staged) == 0
+    assert missing_rows(staged, {("s-new", "t", "compacted"): 2}) == 2
