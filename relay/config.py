@@ -121,6 +121,10 @@ class KafkaConfig(_Model):
 class LedgerConfig(_Model):
     path: str = ".relay-data/ledger"
     flush_interval_s: float = Field(30.0, gt=0)
+    # An available-now drain copies at its end, and while it runs only this often: a copy
+    # beside the drain's rounds takes the cores they need (bench/, W1), and what waits is
+    # durable in PostgreSQL and answerable (`ledger show` reads staging too).
+    drain_flush_interval_s: float = Field(600.0, gt=0)
     retention_hours: int = Field(24 * 30, ge=168)
 
 

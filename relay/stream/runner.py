@@ -45,8 +45,9 @@ class RunResult:
 class LedgerFlusher:
     """Copies staged ledger records to Delta every interval, off the batches' path."""
 
-    def __init__(self, relay: Relay) -> None:
+    def __init__(self, relay: Relay, interval_s: float) -> None:
         self._relay = relay
+        self._interval_s = interval_s
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="relay-ledger", daemon=True)
 
@@ -54,7 +55,7 @@ class LedgerFlusher:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._done.wait(self._relay.config.ledger.flush_interval_s):
+        while not self._done.wait(self._interval_s):
             self.flush_once()
 
     def flush_once(self) -> None:
@@ -106,7 +107,10 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
     bound = max_id(relay.db) if available_now else None
     forward_jvm_signals(relay.spark, stop)
     processor = BatchProcessor(relay, stop, bound=bound, continuous=not available_now)
-    flusher = LedgerFlusher(relay)
+    ledger = relay.config.ledger
+    flusher = LedgerFlusher(
+        relay, ledger.drain_flush_interval_s if available_now else ledger.flush_interval_s
+    )
     flusher.start()
     failed = False
     stopping = starting = False
