@@ -96,6 +96,8 @@ def rerun(args: argparse.Namespace) -> int:
     env.drop_databases()
     assert bench.outside is not None
     bench.outside.stop()
+    if not args.keep_stack:
+        env.stop_stack()
     git, dirty = _git()
     results["meta"].setdefault("reruns", []).append({
         "workloads": only, "started": started,
@@ -186,6 +188,8 @@ def run(args: argparse.Namespace) -> int:
     env.drop_databases()
     assert bench.outside is not None
     bench.outside.stop()
+    if not args.keep_stack:
+        env.stop_stack()
     results["meta"].update(
         finished=dt.datetime.now().isoformat(timespec="seconds"),
         duration_s=round(time.time() - started),
@@ -220,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="outside CPU (mean cores) above which a window is spoiled")
     r.add_argument("--budget-min", type=float, default=120.0,
                    help="the time plan's budget for the whole run")
+    r.add_argument("--keep-stack", action="store_true",
+                   help="leave the bench's PostgreSQL and Kafka running at the end")
     r.add_argument("--force", action="store_true",
                    help="start on a busy machine anyway; the report is marked as forced")
     rep = sub.add_parser("report", help="rewrite bench.md and the plots from bench.json")
