@@ -24,6 +24,7 @@ PG_LIMIT = "PostgreSQL limit"
 KAFKA_LIMIT = "Kafka limit"
 KAFKA_LIMIT_JAVA = "Kafka limit, Java ProducerPerformance"
 PIPELINE_LIMIT = "pipeline limit (COPY, produce, one delete)"
+SHAPE_LIMIT = "shape limit (the relay's JDBC read and Kafka sink, one batch)"
 FLOOR_PROBE = "floor probe (10 rows, JDBC to the Kafka sink)"
 RELAY_LEDGER_DEFERRED = "relay, ledger copy deferred past the run"
 FLOOR_RUNS = 100

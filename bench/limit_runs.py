@@ -5,13 +5,24 @@ not contenders, and the time plan keeps the repetitions for the contenders."""
 
 from __future__ import annotations
 
+import json
 import traceback
+from pathlib import Path
 
 from bench import limits
 from bench.backlog import Backlog, load
-from bench.common import KAFKA_LIMIT, KAFKA_LIMIT_JAVA, PG_LIMIT, PIPELINE_LIMIT, Outcome, log
+from bench.common import (
+    KAFKA_LIMIT,
+    KAFKA_LIMIT_JAVA,
+    PG_LIMIT,
+    PIPELINE_LIMIT,
+    SHAPE_LIMIT,
+    Outcome,
+    log,
+)
 from bench.context import Bench
 from bench.javaperf import java_limit
+from bench.relay_proc import launch
 from relay.config import Config
 
 KAFKA_LIMIT_CONFLUENT = "Kafka limit, confluent-kafka"
@@ -31,6 +42,10 @@ def limit_outcomes(bench: Bench, label: str, backlog: Backlog, partitions: int,
     config = bench.config(workload, "postgresql://unused@127.0.0.1/x", f"{label}-kafka")
     out += _kafka(bench, label, backlog, partitions, config)
     out.append(_pipeline(bench, label, backlog, partitions, config))
+    try:
+        out.append(_shape(bench, label, backlog, partitions, workload))
+    except Exception:  # a ceiling less; the report shows the others
+        log(f"the shape limit failed:\n{traceback.format_exc()}")
     return out
 
 
@@ -86,4 +101,29 @@ def _pipeline(bench: Bench, label: str, backlog: Backlog, partitions: int,
         "copy_and_produce_s": round(pipe.copy_and_produce_s, 2),
         "flush_s": round(pipe.flush_s, 2), "delete_s": round(pipe.delete_s, 2),
         "kafka_records": records,
+    })
+
+
+def _shape(bench: Bench, label: str, backlog: Backlog, partitions: int,
+           workload: str) -> Outcome:
+    """bench/shape.py under spark-submit, with the workload's relay profile."""
+    env = bench.env
+    url = env.fresh_database(f"{label}-shape")
+    topics = env.topic_names(f"{label}-shape", len(backlog.topics))
+    env.create_topics(topics, partitions)
+    load(url, Backlog(backlog.rows, tuple(topics), backlog.keys, backlog.payload_bytes))
+    run_dir = env.run_dir(f"{label}-shape")
+    proc = launch(bench.config(workload, url, f"{label}-shape"), run_dir,
+                  script=Path(__file__).resolve().parent / "shape.py")
+    if proc.wait(timeout_s=3600) != 0:
+        raise RuntimeError(f"bench/shape.py failed: see {proc.log.name} in its run folder")
+    line = [ln for ln in proc.log.read_text().splitlines() if ln.startswith("{")][-1]
+    got = json.loads(line)
+    records = env.end_offsets(topics, partitions)
+    env.drop_database(url)
+    env.delete_topics(topics)
+    return Outcome(SHAPE_LIMIT, got["rows"], got["cold_s"], {
+        "cold_s": round(got["cold_s"], 2), "warm_s": round(got["warm_s"], 2),
+        "warm_msgs_per_s": round(got["rows"] / got["warm_s"], 1),
+        "session_s": round(got["session_s"], 2), "kafka_records": records,
     })

@@ -101,8 +101,10 @@ def launch(
     *args: str,
     driver_memory: str = DRIVER_MEMORY,
     extra_env: dict[str, str] | None = None,
+    script: Path = REPO / "jobs" / "relay.py",
 ) -> RelayProcess:
-    """Start the relay in its own process group (its jars come from spark-defaults.conf)."""
+    """Start the relay (or another `script` taking --config, such as bench/shape.py) in
+    its own process group (its jars come from spark-defaults.conf)."""
     gc_dir = run_dir / "gc"
     shutil.rmtree(gc_dir, ignore_errors=True)
     gc_dir.mkdir(parents=True)
@@ -119,7 +121,7 @@ def launch(
     submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent))
     assert submit, "spark-submit comes with pyspark"
     cmd = [submit, "--driver-memory", driver_memory, "--driver-java-options", java_opts]
-    cmd += [str(REPO / "jobs" / "relay.py"), "--config", str(profile), *args]
+    cmd += [str(script), "--config", str(profile), *args]
     log = run_dir / "relay.log"
     # The bench's stack is on 127.0.0.1, and so is this one-machine Spark.
     env = {"PYSPARK_PYTHON": sys.executable, "PATH": _path(), "SPARK_LOCAL_IP": "127.0.0.1",

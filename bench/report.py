@@ -22,6 +22,7 @@ from bench.common import (
     RELAY,
     RELAY_LEDGER_DEFERRED,
     RELAY_PROPOSED,
+    SHAPE_LIMIT,
 )
 from bench.repeat import by_repetition, summarize
 from bench.report_sections import explain_text
@@ -77,6 +78,9 @@ def _drain_figures(f: dict[str, Any], w: Outcomes, v: str) -> None:
         for field in ("cpu_machine_drain_s_per_1k", "cpu_machine_s_per_1k"):
             if r.get(field) is not None and d.get(field) is not None:
                 f[f"w1_ledger_{field}"] = r[field] - d[field]
+    if SHAPE_LIMIT in o:
+        f["w1_shape_over_limit"] = ratio(o[SHAPE_LIMIT]["msgs_per_s"], _ceiling(o))
+        f["w1_relay_over_shape"] = ratio(f.get("w1_msgs_per_s"), o[SHAPE_LIMIT]["msgs_per_s"])
     if PG_LIMIT in o:
         f["w1_relay_over_pg_limit"] = ratio(f.get("w1_msgs_per_s"), o[PG_LIMIT]["msgs_per_s"])
     if KAFKA_LIMIT in o:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.common import PG_LIMIT, PIPELINE_LIMIT, RELAY, RELAY_PROPOSED
+from bench.common import PG_LIMIT, PIPELINE_LIMIT, RELAY, RELAY_PROPOSED, SHAPE_LIMIT
 from bench.report import REPORTS, by_name, ratio
 from bench.report_more import more_sections
 from bench.report_sections import (
@@ -179,6 +179,8 @@ def _drain_table(title: str, outcomes: list[dict[str, Any]], figs: dict[str, Any
         elif c["contender"] == PIPELINE_LIMIT:
             notes = (f"COPY and produce {c['copy_and_produce_s']} s, flush {c['flush_s']} s, "
                      f"delete {c['delete_s']} s")
+        elif c["contender"] == SHAPE_LIMIT:
+            notes = f"first pass; second pass {c['warm_s']} s"
         elif "phases_s" in c:
             notes = ", ".join(f"{k} {v} s" for k, v in c["phases_s"].items() if v >= 0.5)
         elif "batches" in c:

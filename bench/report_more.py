@@ -10,6 +10,7 @@ from bench.common import (
     KAFKA_LIMIT_JAVA,
     RELAY,
     RELAY_LEDGER_DEFERRED,
+    SHAPE_LIMIT,
 )
 from bench.limit_runs import KAFKA_LIMIT_CONFLUENT
 from bench.report import by_name
@@ -20,6 +21,7 @@ def more_sections(results: dict[str, Any]) -> list[str]:
     w = results["summary"]
     lines = _plan(results["meta"].get("plan"))
     lines += _kafka(w.get("W1", []))
+    lines += _shape(w.get("W1", []), results["figures"].get(RELAY, {}))
     lines += _ledger(w.get("W1", []), results["figures"].get(RELAY, {}))
     if "W6" in w:
         lines += ["## W6: 100 B rows with two user headers and a partition_key", "",
@@ -69,6 +71,23 @@ def _kafka(outcomes: list[dict[str, Any]]) -> list[str]:
             f"confluent-kafka: {num(c.get('msgs_per_s'))} msg/s; Kafka's Java "
             f"ProducerPerformance (no keys or headers): {num(j.get('msgs_per_s'))} msg/s. The "
             f"limit is the higher, {o[KAFKA_LIMIT].get('higher_of')}.", ""]
+
+
+def _shape(outcomes: list[dict[str, Any]], f: dict[str, Any]) -> list[str]:
+    o = by_name(outcomes)
+    if SHAPE_LIMIT not in o:
+        return []
+    s = o[SHAPE_LIMIT]
+    return ["## The shape limit (W1)", "",
+            "The whole backlog as one claimed batch, read by the relay's own JDBC read and "
+            "written by its own Kafka sink in a fresh Spark session (bench/shape.py): no "
+            "claim checks, no locks, no deletes, no ledger, no trigger. First pass (the "
+            f"JVM warming up, as in the relay's first round): {num(s.get('cold_s'), 2)} s, "
+            f"{num(s.get('msgs_per_s'))} msg/s; second pass over the same rows: "
+            f"{num(s.get('warm_s'), 2)} s, {num(s.get('warm_msgs_per_s'))} msg/s. First "
+            f"pass against the pipeline limit: {num(f.get('w1_shape_over_limit'), 2)}; the "
+            f"relay's drain against the first pass: {num(f.get('w1_relay_over_shape'), 2)}.",
+            ""]
 
 
 def _ledger(outcomes: list[dict[str, Any]], f: dict[str, Any]) -> list[str]:
