@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 _client_log = logging.getLogger("relay.librdkafka")
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_NAMED_UP_TO = 32
 _CONFIG_TTL_S = 60.0
 
 
@@ -141,11 +142,14 @@ class KafkaAdmin:
     def describe(self, topics: Collection[str]) -> dict[str, TopicInfo | TopicUnavailable]:
         """Partitions, max.message.bytes and compaction per topic, or why there are none."""
         self._client.poll(0)
-        md = self._client.list_topics(timeout=self._kafka.admin_timeout_s)
+        # A full listing costs about 10 us per topic on the broker (17 ms with 1,763
+        # topics, once per round of W2), one naming a topic 0.2 ms: few topics are named.
+        listed = (self._client.list_topics(timeout=self._kafka.admin_timeout_s).topics
+                  if len(topics) > _NAMED_UP_TO else {})
         found: dict[str, TopicInfo | TopicUnavailable] = {}
         present = []
         for topic in topics:
-            meta = md.topics.get(topic)
+            meta = listed.get(topic)
             if meta is None:
                 # A full listing leaves out the topics this principal may not describe as
                 # well as the missing ones; only a request naming the topic tells them apart.
