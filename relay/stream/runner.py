@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ from relay.config_load import to_json_without_secrets
 from relay.control.pending import TopicFilter, TopicState, max_id, pending_topics
 from relay.errors import RelayError
 from relay.exit_codes import ExitCode
+from relay.ledger.flusher import LedgerFlusher
 from relay.stream.batch import BatchProcessor, RelayStats
 from relay.stream.source import SOURCE_NAME, OutboxSource
 from relay.stream.startup import start_while_delivering
@@ -41,40 +41,6 @@ class RunResult:
     left_over: list[TopicState]
     # Set when PostgreSQL could not say what is left at the end of a drain.
     unverified: str | None = None
-
-
-class LedgerFlusher:
-    """Copies staged ledger records to Delta every interval, off the batches' path."""
-
-    def __init__(self, relay: Relay, interval_s: float) -> None:
-        self._relay = relay
-        self._interval_s = interval_s
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="relay-ledger", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._done.wait(self._interval_s):
-            self.flush_once()
-
-    def flush_once(self) -> None:
-        try:
-            self._relay.ledger.flush()
-        except Exception as exc:  # the next interval retries; nothing staged is lost
-            log.warning("ledger copy failed, will retry: %s", exc)
-
-    def stop(self, copy_now: bool = True) -> None:
-        """Stop copying; with copy_now, wait for the copy in flight and copy the rest.
-
-        After a stop signal nothing is awaited: a Delta copy can take longer than a
-        supervisor's grace period, and what is staged stays in PostgreSQL for the next run.
-        """
-        self._done.set()
-        if copy_now:
-            self._thread.join()
-            self.flush_once()
 
 
 def start_query(relay: Relay, processor: BatchProcessor, available_now: bool) -> StreamingQuery:
@@ -110,7 +76,8 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
     processor = BatchProcessor(relay, stop, bound=bound, continuous=not available_now)
     ledger = relay.config.ledger
     flusher = LedgerFlusher(
-        relay, ledger.drain_flush_interval_s if available_now else ledger.flush_interval_s
+        relay, ledger.drain_flush_interval_s if available_now else ledger.flush_interval_s,
+        copy_early=not available_now,
     )
     flusher.start()
     failed = False
