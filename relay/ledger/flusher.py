@@ -32,15 +32,17 @@ class LedgerFlusher:
         early = self._copy_early
         while not self._done.wait(min(_FIRST_COPY_POLL_S, self._interval_s) if early
                                   else self._interval_s):
-            early = early and not self.flush_once()
+            # Early polling ends with the first copy, or the first failure: a copy that keeps
+            # failing is retried (and logged) once an interval, not every 2 s.
+            early = early and self.flush_once() == 0
 
-    def flush_once(self) -> int:
-        """Copies what is staged; returns the copy batches written (0 after a failure)."""
+    def flush_once(self) -> int | None:
+        """Copies what is staged; returns the copy batches written, None after a failure."""
         try:
             return self._relay.ledger.flush()
         except Exception as exc:  # the next interval retries; nothing staged is lost
             log.warning("ledger copy failed, will retry: %s", exc)
-            return 0
+            return None
 
     def stop(self, copy_now: bool = True) -> None:
         """Stop copying; with copy_now, wait for the copy in flight and copy the rest.
