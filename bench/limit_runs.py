@@ -5,8 +5,10 @@ not contenders, and the time plan keeps the repetitions for the contenders."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench import limits
@@ -95,17 +97,27 @@ def _higher(out: list[Outcome], confluent: Outcome) -> list[Outcome]:
     })]
 
 
+@contextlib.contextmanager
+def _own_backlog(bench: Bench, label: str, backlog: Backlog,
+                 partitions: int) -> Iterator[tuple[str, list[str]]]:
+    """A fresh database holding the backlog, written for fresh topics; both go after."""
+    env = bench.env
+    url = env.fresh_database(label)
+    topics = env.topic_names(label, len(backlog.topics))
+    env.create_topics(topics, partitions)
+    try:
+        load(url, Backlog(backlog.rows, tuple(topics), backlog.keys, backlog.payload_bytes))
+        yield url, topics
+    finally:
+        env.drop_database(url)
+        env.delete_topics(topics)
+
+
 def _pipeline(bench: Bench, label: str, backlog: Backlog, partitions: int,
               config: Config) -> Outcome:
-    env = bench.env
-    url = env.fresh_database(f"{label}-pipe")
-    topics = env.topic_names(f"{label}-pipe", len(backlog.topics))
-    env.create_topics(topics, partitions)
-    load(url, Backlog(backlog.rows, tuple(topics), backlog.keys, backlog.payload_bytes))
-    pipe = limits.pipeline_limit(url, env.stack.kafka_bootstrap, config.kafka)
-    records = env.end_offsets(topics, partitions)
-    env.drop_database(url)
-    env.delete_topics(topics)
+    with _own_backlog(bench, f"{label}-pipe", backlog, partitions) as (url, topics):
+        pipe = limits.pipeline_limit(url, bench.env.stack.kafka_bootstrap, config.kafka)
+        records = bench.env.end_offsets(topics, partitions)
     return Outcome(PIPELINE_LIMIT, pipe.rows, pipe.seconds, {
         "copy_and_produce_s": round(pipe.copy_and_produce_s, 2),
         "flush_s": round(pipe.flush_s, 2), "delete_s": round(pipe.delete_s, 2),
@@ -116,21 +128,15 @@ def _pipeline(bench: Bench, label: str, backlog: Backlog, partitions: int,
 def _shape(bench: Bench, label: str, backlog: Backlog, partitions: int,
            workload: str) -> Outcome:
     """bench/shape.py under spark-submit, with the workload's relay profile."""
-    env = bench.env
-    url = env.fresh_database(f"{label}-shape")
-    topics = env.topic_names(f"{label}-shape", len(backlog.topics))
-    env.create_topics(topics, partitions)
-    load(url, Backlog(backlog.rows, tuple(topics), backlog.keys, backlog.payload_bytes))
-    run_dir = env.run_dir(f"{label}-shape")
-    proc = launch(bench.config(workload, url, f"{label}-shape"), run_dir,
-                  script=Path(__file__).resolve().parent / "shape.py")
-    if proc.wait(timeout_s=3600) != 0:
-        raise RuntimeError(f"bench/shape.py failed: see {proc.log.name} in its run folder")
+    name = f"{label}-shape"
+    with _own_backlog(bench, name, backlog, partitions) as (url, topics):
+        proc = launch(bench.config(workload, url, name), bench.env.run_dir(name),
+                      script=Path(__file__).resolve().parent / "shape.py")
+        if proc.wait(timeout_s=3600) != 0:
+            raise RuntimeError(f"bench/shape.py failed: see {proc.log.name} in its run folder")
+        records = bench.env.end_offsets(topics, partitions)
     line = [ln for ln in proc.log.read_text().splitlines() if ln.startswith("{")][-1]
     got = json.loads(line)
-    records = env.end_offsets(topics, partitions)
-    env.drop_database(url)
-    env.delete_topics(topics)
     return Outcome(SHAPE_LIMIT, got["rows"], got["cold_s"], {
         "cold_s": round(got["cold_s"], 2), "warm_s": round(got["warm_s"], 2),
         "warm_msgs_per_s": round(got["rows"] / got["warm_s"], 1),
