@@ -41,14 +41,19 @@ def connect(url: str, autocommit: bool = True) -> psycopg2.extensions.connection
     return conn
 
 
-def outbox_count(url: str) -> int:
+def scalar(url: str, statement: str) -> int:
+    """The one integer a statement returns, on a connection of its own."""
     conn = connect(url)
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM kafka_messages")
+            cur.execute(statement)
             return int(cur.fetchone()[0])
     finally:
         conn.close()
+
+
+def outbox_count(url: str) -> int:
+    return scalar(url, "SELECT count(*) FROM kafka_messages")
 
 
 def wait_empty(url: str, timeout_s: float) -> None:

@@ -70,35 +70,13 @@ def plots(results: dict[str, Any], out_dir: Path) -> list[str]:
     made.append("bench.overview.png")
 
     if "W1" in w:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        for o in w["W1"]:
-            if o.get("progress"):
-                t, n = zip(*o["progress"], strict=True)
-                ax.plot(t, n, label=o["contender"])
-        ax.set_xlabel("seconds since start")
-        ax.set_ylabel("records in Kafka")
-        ax.set_title(f"W1 drain progress{quick}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out_dir / "bench.w1-progress.png", dpi=110)
-        plt.close(fig)
-        made.append("bench.w1-progress.png")
-
+        made.append(_curves(plt, w["W1"], "progress", out_dir / "bench.w1-progress.png",
+                            ("seconds since start", "records in Kafka"),
+                            f"W1 drain progress{quick}"))
     if "W2" in w:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        for o in w["W2"]:
-            if o.get("cdf"):
-                x, y = zip(*o["cdf"], strict=True)
-                ax.plot(x, y, label=o["contender"])
-        ax.set_xscale("log")
-        ax.set_xlabel("latency, seconds (log)")
-        ax.set_ylabel("fraction of messages")
-        ax.set_title(f"W2 latency distribution{quick}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out_dir / "bench.w2-cdf.png", dpi=110)
-        plt.close(fig)
-        made.append("bench.w2-cdf.png")
+        made.append(_curves(plt, w["W2"], "cdf", out_dir / "bench.w2-cdf.png",
+                            ("latency, seconds (log)", "fraction of messages"),
+                            f"W2 latency distribution{quick}", log_x=True))
 
     if "W4" in w:
         rows = sorted(w["W4"], key=lambda o: o["rows"])
@@ -150,3 +128,23 @@ def _curve(outcomes: list[dict[str, Any]], out_dir: Path, quick: str) -> str:
     return "bench.w2c.png"
 
 
+
+
+def _curves(plt: Any, outcomes: list[dict[str, Any]], key: str, path: Path,
+            labels: tuple[str, str], title: str, log_x: bool = False) -> str:
+    """One line per contender from its (x, y) pairs under `key`; returns the file name."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for o in outcomes:
+        if o.get(key):
+            x, y = zip(*o[key], strict=True)
+            ax.plot(x, y, label=o["contender"])
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name

@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.common import RELAY, W2_KEYS, W2_PARTITIONS, W2_TOPICS, W2_TX, Outcome, log
 from bench.context import Bench
-from bench.env import connect
+from bench.env import scalar
 from bench.latency import Load, generate, percentiles
 from bench.steady import latency_extra, read_latencies, relay_summary, running
 
@@ -28,13 +28,7 @@ def ledger_files(path: Path) -> dict[str, int]:
 
 
 def queue_bytes(url: str) -> int:
-    conn = connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_total_relation_size('kafka_messages')")
-            return int(cur.fetchone()[0])
-    finally:
-        conn.close()
+    return scalar(url, "SELECT pg_total_relation_size('kafka_messages')")
 
 
 def per_minute_p99(created: dict[int, float], lat: dict[int, float], t0: float,
