@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections import Counter
 from collections.abc import Collection
@@ -74,41 +73,33 @@ class BatchProcessor:
         # The error that ended a batch body, if one did: the runner tells it apart from
         # what its own query.stop() makes Spark raise after the last body finished.
         self.failure: BaseException | None = None
-        # Set when Spark first calls the body: the start-up rounds (relay.stream.startup)
-        # hand over to it.
-        self.body_started = threading.Event()
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        self.body_started.set()
         self.run_rounds(f"micro-batch {batch_id}", self.relay.config.relay.micro_batch_s)
 
-    def run_rounds(self, label: str, seconds: float, bounded: bool = False) -> bool:
+    def run_rounds(self, label: str, seconds: float) -> None:
         """Rounds until `seconds` are up, the stop is requested, or (available-now)
-        a round finds nothing to do; always at least one round. `bounded`: the first
-        round too keeps to the available-now bound. Returns whether any round worked."""
+        a round finds nothing to do; always at least one round."""
         deadline = time.monotonic() + seconds
-        any_worked = False
         with self.stop.batch_body() as may_run:
             if not may_run:
-                return False
+                return
             try:
                 rounds = 0
                 while True:
-                    worked = self.run_once(self.bound if rounds or bounded else None)
-                    any_worked = any_worked or worked
+                    worked = self.run_once(self.bound if rounds else None)
                     rounds += 1
                     if self.stop.requested or time.monotonic() >= deadline:
-                        return any_worked
+                        return
                     if not worked and not self._idle_poll(deadline):
-                        return any_worked
+                        return
                     if worked and self._make_way():
-                        return any_worked
+                        return
             except (DatabaseUnavailableError, UnreachableError) as exc:
                 # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
                 # Any other error is a defect and fails the query loudly.
                 log.error("%s gave up: %s", label, exc)
                 time.sleep(_DB_ERROR_PAUSE_S)
-                return any_worked
             except BaseException as exc:
                 self.failure = exc
                 raise

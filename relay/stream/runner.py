@@ -17,7 +17,6 @@ from relay.exit_codes import ExitCode
 from relay.ledger.flusher import LedgerFlusher
 from relay.stream.batch import BatchProcessor, RelayStats
 from relay.stream.source import SOURCE_NAME, OutboxSource
-from relay.stream.startup import start_while_delivering
 from relay.stream.stop import StopSignal, forward_jvm_signals
 from relay.wiring import Relay
 
@@ -91,10 +90,7 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
         # A stop signal to the process group also reaches the Python worker that starting
         # the query spawns, and fails the start: that is the stop, not a failure.
         starting = True
-        query = None if idle else start_while_delivering(
-            lambda: start_query(relay, processor, available_now), processor, stop,
-            lambda: bound is not None and _drained(relay, bound),
-        )
+        query = None if idle else start_query(relay, processor, available_now)
         starting = False
         while query is not None and query.isActive:
             if not stop.requested and not _alive(watched):
