@@ -14,7 +14,7 @@ from relay.control.db import Database
 from relay.errors import RelayError
 from relay.exit_codes import ExitCode
 from relay.observe import DEFAULT_TOP_TOPICS
-from relay.observe.backlog import EXACT_UP_TO
+from relay.observe.backlog import COUNT_BUDGET, EXACT_UP_TO
 
 DEFAULT_METRICS_PORT = 9466
 
@@ -53,7 +53,8 @@ def _status(args: argparse.Namespace) -> int:
     db = Database(config.postgres, "outbox-relay-status")
     try:
         snapshot = take_snapshot(db, config.relay.lock_timeout_s, config.ledger.path,
-                                 with_rates=not args.no_delta, exact_up_to=args.exact_up_to)
+                                 with_rates=not args.no_delta, exact_up_to=args.exact_up_to,
+                                 count_budget=args.count_budget)
     finally:
         db.close()
     thresholds = Thresholds(args.max_age_s, args.fail_on)
@@ -123,6 +124,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     status.add_argument("--exact-up-to", type=_at_least(1), default=EXACT_UP_TO, metavar="N",
                         help="count each topic's backlog exactly up to N rows, then estimate "
                         f"(default {EXACT_UP_TO:,})")
+    status.add_argument("--count-budget", type=_at_least(1), default=COUNT_BUDGET, metavar="N",
+                        help="count at most about N rows in all, shared by the topics; the "
+                        f"rest is estimated (default {COUNT_BUDGET:,})")
     status.set_defaults(fn=_status)
 
     metrics = sub.add_parser("metrics", help="Prometheus metrics of the outbox database")
