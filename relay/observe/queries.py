@@ -102,8 +102,9 @@ SELECT now() AS now,
 
 # What holds this database's horizon back (DESIGN.md invariant 5): the oldest of its
 # backends' transaction ids and snapshots (and walsenders': hot_standby_feedback), its
-# prepared transactions and the replication slots it or the cluster keeps. The query text
-# is never read: it may hold a secret.
+# prepared transactions and the replication slots it or the cluster keeps. Autovacuum
+# workers are left out: their snapshots hold no other vacuum back. The query text is
+# never read: it may hold a secret.
 HORIZON = """
 WITH holders AS (
     SELECT 'backend' AS kind, a.pid, a.application_name AS name, a.state,
@@ -112,6 +113,7 @@ WITH holders AS (
     FROM pg_stat_activity a
     WHERE (a.datname = current_database() OR a.backend_type = 'walsender')
       AND a.pid <> pg_backend_pid()
+      AND a.backend_type <> 'autovacuum worker'
       AND (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
     UNION ALL
     SELECT 'prepared', NULL, x.gid, 'prepared', x.prepared, age(x.transaction), true
