@@ -7,8 +7,9 @@ with delta-rs, only when the caller wants the rates.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from relay.control.db import Database
 from relay.ledger.staging import ORIGIN
 from relay.observe import queries
 from relay.observe.backlog import COUNT_BUDGET, EXACT_UP_TO, Backlog, Span, backlog_of, count_limits
+from relay.observe.ledger_rates import DeltaCounts, delta_counts
 
 STATES = ("ready", "locked", "backoff")
 
@@ -129,20 +131,15 @@ def take_snapshot(db: Database, lock_timeout_s: float, ledger_path: str,
         horizon = _all(cur, queries.HORIZON)
         table = _all(cur, queries.QUEUE_TABLE)
     batches = {b for r in staged.values() for b in r["copy_batches"]}
-    delta = None
+    delta: DeltaCounts | None = None
     if with_rates:
-        from relay.observe.ledger_rates import delta_counts
-
         delta = delta_counts(ledger_path, clock["since_5m_us"], clock["since_60m_us"], origin,
                              batches)
-    topics = [_topic(r, backlogs.get(r["topic"], Backlog(0, True)), staged.get(r["topic"]))
+    in_delta = (delta.last_5m, delta.last_60m) if delta else (Counter[str](), Counter[str]())
+    topics = [_topic(r, backlogs.get(r["topic"], Backlog(0, True)),
+                     _topic_ledger(staged.get(r["topic"]), in_delta[0][r["topic"]],
+                                   in_delta[1][r["topic"]]))
               for r in rows]
-    if delta is not None:
-        topics = [replace(t, ledger=replace(
-            t.ledger,
-            per_min_5m=(t.ledger.per_min_5m * 5 + delta.last_5m[t.topic]) / 5,
-            per_min_60m=(t.ledger.per_min_60m * 60 + delta.last_60m[t.topic]) / 60,
-        )) for t in topics]
     return Snapshot(
         generated_at=utc(clock["now"]) or datetime.now(UTC),
         lock_timeout_s=lock_timeout_s,
@@ -179,7 +176,7 @@ def _backlogs(cur: RealDictCursor, rows: list[dict[str, Any]], exact_up_to: int,
             for c in counted}
 
 
-def _topic(r: dict[str, Any], backlog: Backlog, staged: dict[str, Any] | None) -> TopicStatus:
+def _topic(r: dict[str, Any], backlog: Backlog, ledger: TopicLedger) -> TopicStatus:
     lock = (Lock(r["locked_by"], utc(r["locked_at"]), r["lock_alive"])
             if r["locked_by"] is not None else None)
     error = (TopicError(r["last_error"], utc(r["retry_at"]), r["retry_in_s"] or 0.0)
@@ -191,21 +188,24 @@ def _topic(r: dict[str, Any], backlog: Backlog, staged: dict[str, Any] | None) -
         oldest_age_s=r["oldest_age_s"],
         max_wait_s=max(0.0, r["max_wait_s"] or 0.0) if r["oldest_id"] is not None else 0.0,
         last_processed_at=utc(r["last_processed_at"]), lock=lock, retries=r["retries"],
-        error=error, parked=int(r["parked"]), ledger=_topic_ledger(staged),
+        error=error, parked=int(r["parked"]), ledger=ledger,
     )
 
 
-def _topic_ledger(staged: dict[str, Any] | None) -> TopicLedger:
+def _topic_ledger(staged: dict[str, Any] | None, delta_5m: int, delta_60m: int) -> TopicLedger:
+    """Ledger records per minute: the staged ones and Delta's (no batch in both)."""
     if staged is None:
-        return TopicLedger()
+        return TopicLedger(per_min_5m=delta_5m / 5, per_min_60m=delta_60m / 60)
     return TopicLedger(
-        per_min_5m=staged["messages_5m"] / 5, per_min_60m=staged["messages_60m"] / 60,
+        per_min_5m=(staged["messages_5m"] + delta_5m) / 5,
+        per_min_60m=(staged["messages_60m"] + delta_60m) / 60,
         staged_records=staged["records"], staged_messages=staged["messages"],
         oldest_staged_at=utc(staged["oldest_at"]), oldest_staged_age_s=staged["oldest_age_s"],
     )
 
 
-def _ledger(path: str, staged: Iterable[dict[str, Any]], delta: Any) -> LedgerStatus:
+def _ledger(path: str, staged: Iterable[dict[str, Any]],
+            delta: DeltaCounts | None) -> LedgerStatus:
     records = list(staged)
     oldest = min(records, key=lambda r: r["oldest_at"], default=None)
     return LedgerStatus(
