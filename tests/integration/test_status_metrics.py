@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -11,9 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from relay.config_load import build_config
+from relay.control.db import Database
 from relay.exit_codes import ExitCode
+from relay.observe.collector import StatusCollector
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, insert, query, unique
 from tests.integration.process import REPO, write_profile
@@ -108,3 +113,17 @@ def test_a_scrape_matches_the_database_with_the_topic_labels_capped(
                       "WHERE relid = 'kafka_messages'::regclass")[0][0]
     assert metric("queue_dead_tuples") == dead
     assert "postgresql://" not in text and "password" not in text.lower()
+
+
+def test_an_unreachable_database_is_a_scrape_that_says_so() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = build_config({"postgres": {"url": f"postgresql://u@127.0.0.1:{port}/x",
+                                        "connect_timeout_s": 2}},
+                          env={"RELAY_POSTGRES_PASSWORD": "s3cret-pw"})
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(Database(config.postgres), 60.0, "ledger"))
+    text = generate_latest(registry).decode("utf-8")
+    assert "outbox_relay_database_up 0.0" in text
+    assert "s3cret-pw" not in text and "outbox_relay_backlog_messages" not in text

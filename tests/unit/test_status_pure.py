@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -12,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from relay.observe.backlog import MIN_SHARE, Span, backlog_of, count_limits
 from relay.observe.collector import OTHER, capped, families
+from relay.observe.ledger_rates import DeltaCounts, delta_counts
 from relay.observe.report import Thresholds, parse_fail_on, problems, table, to_json
 from relay.observe.status import (
     STATES,
@@ -160,3 +162,37 @@ def test_the_families_expose_the_metric_names_once_per_label() -> None:
     states = parsed["outbox_relay_topic_state"].samples
     assert len(states) == 4 * len(STATES)  # three topics and `other`
     assert {s.labels["topic"] for s in states} == {"t4", "t3", "t2", OTHER}
+
+
+def test_delta_rows_count_once_and_only_this_outboxs(tmp_path: Path) -> None:
+    """Rows of a batch still staged are counted from staging; another outbox's rows that
+    share the ledger path are not counted; rows from before `origin` existed are."""
+    pa = pytest.importorskip("pyarrow")
+    from deltalake import write_deltalake
+
+    now_us = 1_800_000_000_000_000
+    minute = 60_000_000
+
+    def rows(origin: str | None, batch: int, topic: str, ago_min: float, n: int) -> list[dict]:
+        at = datetime.fromtimestamp((now_us - ago_min * minute) / 1e6, tz=UTC)
+        return [{"topic": topic, "message_id": i, "outcome": "published", "session_id": "s",
+                 "source": "r", "relayed_at": at, "copy_batch": batch, "origin": origin}
+                for i in range(n)]
+
+    data = (rows("mine", 1, "a", 2, 3) + rows("mine", 2, "a", 1, 5)  # batch 2 still staged
+            + rows("mine", 1, "b", 30, 7) + rows("theirs", 1, "a", 1, 11)
+            + rows(None, 0, "a", 3, 13) + rows("mine", 1, "a", 90, 17))  # 17: out of window
+    write_deltalake(str(tmp_path / "ledger"), pa.Table.from_pylist(data))
+    got = delta_counts(str(tmp_path / "ledger"), now_us - 5 * minute, now_us - 60 * minute,
+                       "mine", staged_batches={2})
+    assert got.error is None and got.exists
+    assert dict(+got.last_5m) == {"a": 3 + 13}
+    assert dict(+got.last_60m) == {"a": 3 + 13, "b": 7}
+
+
+def test_a_missing_ledger_is_no_error_and_a_broken_one_is_reported(tmp_path: Path) -> None:
+    assert delta_counts(str(tmp_path / "none"), 0, 0, "o", ()) == DeltaCounts()
+    (tmp_path / "broken" / "_delta_log").mkdir(parents=True)
+    (tmp_path / "broken" / "_delta_log" / "00000000000000000000.json").write_text("{not json")
+    broken = delta_counts(str(tmp_path / "broken"), 0, 0, "o", ())
+    assert broken.error and "Delta ledger" in broken.error
