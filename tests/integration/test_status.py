@@ -26,7 +26,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from relay.config import Config
+from relay.control.db import Database
+from relay.control.locks import Backoff, TopicLocks
 from relay.exit_codes import ExitCode
+from relay.observe.status import take_snapshot
 from relay.stack import StackInfo
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import Msg, create_topics, insert, query, unique
@@ -257,3 +260,33 @@ def test_thresholds_set_the_exit_code_and_an_estimate_is_marked(
     ready = {t["topic"]: t for t in json.loads(out)["topics"]}[outbox.ready]
     # Its 30 rows are contiguous ids: the density estimate is exact, and marked estimated.
     assert (ready["backlog"], ready["backlog_exact"]) == (30, False)
+
+
+def test_status_says_backoff_exactly_when_a_relay_may_not_take_the_topic(
+    make_config: ConfigFactory, migrated_url: str
+) -> None:
+    """The backoff rule is one definition (relay.control.locks.IN_BACKOFF); this pins that
+    status and the lock statement read it alike, Deimos's rows without next_retry_at too."""
+    cases = {  # topic -> (next_retry_at offset s, locked_at offset s), both None-able
+        "future-retry": (300, 0), "past-retry": (-1, -10),
+        "deimos-recent": (None, -30), "deimos-old": (None, -120), "no-times": (None, None),
+    }
+    conn = psycopg2.connect(migrated_url)
+    with conn, conn.cursor() as cur:
+        for name, (retry, locked) in cases.items():
+            cur.execute(
+                "INSERT INTO kafka_topic_info (topic, error, retries, next_retry_at, locked_at) "
+                "VALUES (%s, true, 2, now() AT TIME ZONE 'UTC' + make_interval(secs => %s), "
+                "now() AT TIME ZONE 'UTC' + make_interval(secs => %s))", (name, retry, locked))
+    conn.close()
+    config = make_config()
+    db = Database(config.postgres)
+    try:
+        states = {t.topic: t.state for t in take_snapshot(db, 20.0, "no-ledger",
+                                                          with_rates=False).topics}
+        locks = TopicLocks(db, "token-x", 20.0, Backoff(1.0, 2.0))
+        taken = set(locks.acquire(list(cases)))
+    finally:
+        db.close()
+    assert {t for t, s in states.items() if s == "backoff"} == set(cases) - taken
+    assert taken == {"past-retry", "deimos-old", "no-times"}
