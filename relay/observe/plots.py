@@ -62,7 +62,12 @@ def backlog(data: Mapping[str, Any]) -> Figure:
             bar.set_alpha(0.6)
         ax.annotate(f"{'' if is_exact else '~'}{n:,}", (bar.get_width(), bar.get_y() + 0.4),
                     xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
-    ax.set_xlabel("messages waiting (~ and hatched: estimated)")
+    scale = ""
+    if max(values) > 20 * min(v for v in values if v > 0):
+        # An `other` of 900 topics would flatten every bar shown to nothing.
+        ax.set_xscale("log")
+        scale = ", log scale"
+    ax.set_xlabel(f"messages waiting (~ and hatched: estimated{scale})")
     ax.set_title(f"{data['title']}: {data['total']:,} in {data['topics_with_backlog']} topic(s)")
     ax.margins(x=0.12)
     return fig
@@ -102,7 +107,7 @@ def states(data: Mapping[str, Any]) -> Figure:
     rows = list(data["rows"])
     counts = ", ".join(f"{n} {s}" for s, n in data["counts"].items())
     title = f"{data['title']}: {counts}"
-    fig = Figure(figsize=(14.0, 1.0 + 0.24 * (len(rows) + 2)), layout="constrained")
+    fig = Figure(figsize=(14.0, 1.0 + 0.24 * (max(len(rows), 3) + 2)), layout="constrained")
     if not rows:
         return _empty(fig, title, "no topics")
     ax = fig.add_subplot()
