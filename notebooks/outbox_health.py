@@ -28,6 +28,7 @@ from relay.config_load import PASSWORD_ENV, build_config, load_config
 from relay.control.db import Database
 from relay.observe import health, plots, queries
 from relay.observe.message_lookup import find_message
+from relay.observe.report import table
 from relay.observe.status import take_snapshot
 from relay.observe.throughput import per_minute
 
@@ -87,7 +88,7 @@ def show(name: str, fig: Any, data: dict[str, Any]) -> None:
 
 db = Database(CONFIG.postgres, "outbox-relay-notebook")
 snapshot = take_snapshot(db, CONFIG.relay.lock_timeout_s, CONFIG.ledger.path)
-print(f"{len(snapshot.topics)} topic(s) as of {snapshot.generated_at:%Y-%m-%d %H:%M:%S} UTC")
+print(table(snapshot))  # what `outbox-relay status` prints
 
 # COMMAND ----------
 
@@ -157,7 +158,9 @@ show("parked", plots.parked(data), data)
 
 # COMMAND ----------
 
-if SETTINGS["message_id"]:
+if SETTINGS["message_id"] and not SETTINGS["message_id"].isdigit():
+    print(f"message id {SETTINGS['message_id']!r} is not a number: nothing looked up")
+elif SETTINGS["message_id"]:
     found = health.lookup(find_message(db, CONFIG.ledger.path, int(SETTINGS["message_id"])))
     print(found["summary"])
     os.makedirs(OUT, exist_ok=True)
