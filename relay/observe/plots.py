@@ -142,31 +142,38 @@ def _minutes(data: Mapping[str, Any]) -> list[datetime]:
                                                              // 60) + 1)]
 
 
+# The lower panel: the last hour, where a drain of a few minutes is more than a sliver.
+ZOOM_MINUTES = 60
+
+
 def throughput(data: Mapping[str, Any]) -> Figure:
     series = list(data["series"])
     if data.get("other"):
         series.append({**data["other"], "topic": f"{OTHER_LABEL} ({data['other']['topics']})"})
-    fig = _figure(12)
     if not series:
-        return _empty(fig, data["title"], "no ledger records in the window")
-    ax = fig.add_subplot()
+        return _empty(_figure(12), data["title"], "no ledger records in the window")
+    fig = Figure(figsize=(10.0, 7.0), layout="constrained")
+    whole, zoom = fig.subplots(2, 1, height_ratios=(3, 2))
     minutes = _minutes(data)
     x = [float(dates.date2num(m)) for m in minutes]
     for s in series:
         # The JSON keeps only the minutes with records; the plot draws the zeros too.
         y = [s["per_minute"].get(iso(m), 0) for m in minutes]
-        ax.plot(x, y, drawstyle="steps-post", linewidth=1,
-                label=f"{_label(s['topic'], 40)} ({s['total']:,})")
-    ax.set_xlim(x[0], x[-1] + 1 / 1440)
-    ax.xaxis.set_major_formatter(dates.DateFormatter("%H:%M"))
-    ax.set_ylim(bottom=0)
-    ax.set_ylabel("messages per minute")
-    ax.set_xlabel("UTC")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        for ax in (whole, zoom):
+            ax.plot(x, y, drawstyle="steps-post", linewidth=1,
+                    label=f"{_label(s['topic'], 40)} ({s['total']:,})")
+    for ax, first in ((whole, 0), (zoom, max(0, len(x) - ZOOM_MINUTES))):
+        ax.set_xlim(x[first], x[-1] + 1 / 1440)
+        ax.xaxis.set_major_formatter(dates.DateFormatter("%H:%M"))
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("messages per minute")
+    zoom.set_xlabel("UTC")
+    zoom.set_title(f"the last {min(ZOOM_MINUTES, len(x))} minutes", fontsize=10)
+    whole.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     title = data["title"]
     if data.get("delta_error"):
         title += f"\nDelta not read: {textwrap.shorten(data['delta_error'], 80)}"
-    ax.set_title(title)
+    whole.set_title(title)
     return fig
 
 
