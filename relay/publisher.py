@@ -140,11 +140,13 @@ def _params(page: Sequence[OutboxRow]) -> dict[str, list[Any]]:
 
 def _target(conn: Any) -> tuple[Insert, str | None]:
     """How to insert through `conn`, and why it is outside a transaction (None if inside)."""
-    for module, kind in (("psycopg2.extensions", "connection"), ("psycopg", "Connection")):
-        driver = sys.modules.get(module)
-        if driver is not None and isinstance(conn, getattr(driver, kind)):
-            return _dbapi_insert(conn), _dbapi_outside(conn)
+    for name, kind in (("psycopg2", "extensions.connection"), ("psycopg", "Connection")):
+        driver = sys.modules.get(name)
+        if driver is not None and isinstance(conn, _attr(driver, kind)):
+            return _dbapi_insert(conn, driver), _dbapi_outside(conn)
     orm, engine = sys.modules.get("sqlalchemy.orm"), sys.modules.get("sqlalchemy.engine")
+    if orm is not None and isinstance(conn, orm.scoped_session):
+        conn = conn()  # the registry's current Session (Flask-SQLAlchemy's `db.session`)
     if orm is not None and isinstance(conn, orm.Session):
         return _sqlalchemy(conn, conn.connection, "Session")
     if engine is not None and isinstance(conn, engine.Connection):
@@ -154,7 +156,15 @@ def _target(conn: Any) -> tuple[Insert, str | None]:
         "pass a psycopg2 or psycopg connection, or a SQLAlchemy Session or Connection")
 
 
+def _attr(module: Any, dotted: str) -> Any:
+    for name in dotted.split("."):
+        module = getattr(module, name)
+    return module
+
+
 def _dbapi_outside(raw: Any) -> str | None:
+    if raw.closed:
+        raise DatabaseUnavailableError("cannot publish to the outbox: the connection is closed")
     # A connection out of autocommit opens a transaction with its first statement, so
     # only autocommit with none begun explicitly (psycopg's `conn.transaction()`, or a
     # BEGIN) writes a row that commits alone.
@@ -163,12 +173,12 @@ def _dbapi_outside(raw: Any) -> str | None:
     return None
 
 
-def _dbapi_insert(conn: Any) -> Insert:
-    driver = sys.modules[type(conn).__module__.split(".")[0]]
-    if driver.__name__ == "psycopg2":  # a plain cursor, whatever cursor_factory is set
-        cursor_args = {"cursor_factory": sys.modules["psycopg2.extensions"].cursor}
+def _dbapi_insert(conn: Any, driver: Any) -> Insert:
+    # A plain tuple cursor, whatever cursor or row factory the caller set on conn.
+    if driver.__name__ == "psycopg2":
+        cursor_args = {"cursor_factory": driver.extensions.cursor}
     else:
-        cursor_args = {"row_factory": sys.modules["psycopg.rows"].tuple_row}
+        cursor_args = {"row_factory": driver.rows.tuple_row}
 
     def insert(params: dict[str, list[Any]]) -> list[int]:
         try:

@@ -11,14 +11,20 @@ from typing import Any
 
 import psycopg
 import psycopg2
+import psycopg2.extras
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 import relay
 from relay import Message
-from relay.errors import InvalidMessageError, NoTransactionError
+from relay.errors import (
+    DatabaseError,
+    DatabaseUnavailableError,
+    InvalidMessageError,
+    NoTransactionError,
+)
 from relay.publisher import PAGE_ROWS
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
@@ -257,3 +263,46 @@ def test_publish_many_takes_one_round_trip_per_page(migrated_url: str, adapter: 
     stored = query(migrated_url, "SELECT id, convert_from(message, 'UTF8'), headers->>'i' "
                    "FROM kafka_messages ORDER BY id")
     assert [(i, f"v{k}", str(k)) for k, i in enumerate(ids)] == stored
+
+
+class _AppConnection(psycopg2.extensions.connection):
+    """A connection class of the application's own, as connection_factory makes."""
+
+
+def test_connection_variants_applications_use(migrated_url: str) -> None:
+    """Row and cursor factories, a connection subclass, a scoped_session; a closed
+    connection gets the project's error, not the driver's."""
+    pg2 = psycopg2.connect(migrated_url, connection_factory=_AppConnection,
+                           cursor_factory=psycopg2.extras.RealDictCursor)
+    pg3 = psycopg.connect(migrated_url, row_factory=psycopg.rows.dict_row)
+    engine = _engine(migrated_url, "psycopg2")
+    scoped = scoped_session(sessionmaker(engine))
+    try:
+        assert relay.publish_many(pg2, [Message("orders", b"a")] * 2) == [1, 2]
+        pg2.commit()
+        assert relay.publish(pg3, "orders", b"b") == 3
+        pg3.commit()
+        scoped.begin()
+        assert relay.publish(scoped, "orders", b"c") == 4
+        scoped.commit()
+        assert count(migrated_url) == 4
+    finally:
+        scoped.remove()
+        engine.dispose()
+        pg2.close()
+        pg3.close()
+    for closed in (pg2, pg3):
+        with pytest.raises(DatabaseUnavailableError, match="the connection is closed"):
+            relay.publish(closed, "orders", b"v")
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_driver_error_becomes_the_projects_own(database_url: str, adapter: str) -> None:
+    """A database without the outbox's schema: the driver's error arrives as a
+    DatabaseError naming PostgreSQL's reason, with the driver's as its cause."""
+    missing = 'relation "kafka_messages" does not exist'
+    with (pytest.raises(DatabaseError, match=missing) as caught,
+          transaction(adapter, database_url, commit=False) as conn):
+        relay.publish(conn, "orders", b"v")
+    assert not isinstance(caught.value, DatabaseUnavailableError)
+    assert caught.value.__cause__ is not None
