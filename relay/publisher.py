@@ -64,8 +64,10 @@ def publish(conn: Any, topic: str, value: bytes | str | None, *,
     default to the relay's defaults: `header_prefix` to RelaySettings.header_prefix
     ("outbox-relay."), `max_bytes` to the relay's payload allowance (relay.control.
     record_size.payload_allowance) for a topic with Kafka's default max.message.bytes
-    (1,048,588) under the default producer settings and source name. A relay configured
-    otherwise, or a topic with a smaller limit, needs the caller to pass its values.
+    (1,048,588) under the default producer settings and source name, with the prefix in
+    effect. A relay configured otherwise, or a topic with a smaller limit, needs the
+    caller to pass its values. Not checked here, as they need Kafka or the relay's state:
+    a keyless message to a compacted topic, and a key with a message parked.
 
     Outside a transaction (an autocommit connection not in an explicit one, a SQLAlchemy
     Session or Connection with no transaction begun) it raises NoTransactionError, unless
