@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 from relay.config import Config
 from relay.config_load import load_config
@@ -15,6 +17,7 @@ from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import discover
 from relay.errors import ConfigError, RelayError, exit_code_of
+from relay.observe.logs import LOG_FORMATS, configure_logging
 from relay.spark_jars import (
     cached_jars,
     has_relay_jars,
@@ -37,6 +40,13 @@ def parser() -> argparse.ArgumentParser:
         help="drain what exists, then exit (0 only when drained)",
     )
     p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=os.environ.get("RELAY_LOG_FORMAT", "text"),
+        help="json: one object per line (time, level, logger, message, exception); "
+        "default: RELAY_LOG_FORMAT, else text",
+    )
     return p
 
 
@@ -115,12 +125,19 @@ def print_summary(result: RunResult) -> None:
         print(result.unverified)
 
 
+def _progress_stream(args: argparse.Namespace) -> TextIO | None:
+    """Where an available-now drain draws its progress line: a terminal's stderr only,
+    and never among JSON logs."""
+    if args.available_now and args.log_format == "text" and sys.stderr.isatty():
+        return sys.stderr
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    if args.log_format not in LOG_FORMATS:  # from RELAY_LOG_FORMAT, which argparse trusts
+        parser().error(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+    configure_logging(args.log_level, args.log_format)
     from relay.stream.stop import StopSignal
 
     stop = StopSignal()
@@ -140,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # job and raises KeyboardInterrupt: a SIGINT must stop gracefully, like SIGTERM.
         stop.install()
         try:
-            result = run(relay, args.available_now, stop)
+            result = run(relay, args.available_now, stop, _progress_stream(args))
         finally:
             relay.close()
     except Exception as exc:

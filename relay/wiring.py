@@ -7,6 +7,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
 from relay.config import Config
@@ -15,6 +16,7 @@ from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.locks import Backoff, TopicLocks
 from relay.ledger.delta import Ledger
+from relay.observe.runtime import RuntimeMetrics
 
 
 def fencing_token(source_name: str) -> str:
@@ -33,13 +35,17 @@ class Relay:
     claims: Claims
     admin: KafkaAdmin
     ledger: Ledger
+    metrics: RuntimeMetrics
 
     def close(self) -> None:
         for db in (self.db, self.heartbeat_locks.db, self.ledger.db):
             db.close()
 
 
-def build_relay(config: Config, spark: SparkSession) -> Relay:
+def build_relay(config: Config, spark: SparkSession,
+                registry: CollectorRegistry | None = None) -> Relay:
+    """`registry` receives the runtime metrics (a new one when None); it is what the
+    relay serves or pushes, so a collector registered into it is exported too."""
     relay = config.relay
     token = fencing_token(relay.source_name)
     backoff = Backoff(relay.backoff_base_s, relay.backoff_max_s)
@@ -58,4 +64,5 @@ def build_relay(config: Config, spark: SparkSession) -> Relay:
         claims=Claims(db, token, relay.lock_timeout_s, relay.header_prefix, relay.source_name),
         admin=KafkaAdmin(config.kafka),
         ledger=Ledger(spark, config, ledger_db),
+        metrics=RuntimeMetrics(config.metrics, relay.source_name, registry),
     )

@@ -1,0 +1,1 @@
+"""What the relay tells its operators while it runs: metrics, log format, progress line."""
