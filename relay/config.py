@@ -205,9 +205,10 @@ class SparkSettings(_Model):
 class MetricsConfig(_Model):
     """Runtime metrics (relay.observe): served over HTTP by a continuous relay, pushed to
     a Pushgateway at the end of an available-now run. The Pushgateway's credentials, if
-    any, come only from RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD."""
+    any, come only from RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD.
+    Off unless a profile turns it on: a port is taken only where someone chose it."""
 
-    enabled: bool = True
+    enabled: bool = False
     host: str = Field("127.0.0.1", min_length=1)
     port: int = Field(9464, ge=1, le=65535)
     pushgateway_url: str | None = None
@@ -226,8 +227,8 @@ class MetricsConfig(_Model):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must look like http://host:port")
         if parts.username is not None or parts.password is not None:
-            raise ValueError("credentials never go into the URL: set "
-                             "RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD")
+            raise ValueError("credentials never go into the URL (set "
+                             "RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD)")
         return value
 
 
