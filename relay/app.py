@@ -17,6 +17,7 @@ from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import discover
 from relay.errors import ConfigError, RelayError, exit_code_of
+from relay.exit_codes import ExitCode
 from relay.observe.logs import LOG_FORMATS, configure_logging
 from relay.spark_jars import (
     cached_jars,
@@ -133,6 +134,16 @@ def _progress_stream(args: argparse.Namespace) -> TextIO | None:
     return None
 
 
+def _logged_exit_code(exc: Exception) -> int:
+    """exit_code_of's report as a log record, so that JSON logs hold it too: one line for
+    an error of the relay, the traceback for a defect."""
+    if isinstance(exc, RelayError):
+        log.error("outbox-relay: %s", exc)
+        return exc.exit_code
+    log.error("outbox-relay: unexpected error (a defect)", exc_info=exc)
+    return ExitCode.DEFECT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.log_format not in LOG_FORMATS:  # from RELAY_LOG_FORMAT, which argparse trusts
@@ -161,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             relay.close()
     except Exception as exc:
+        if args.log_format == "json":
+            return _logged_exit_code(exc)
         return exit_code_of(exc)
     print_summary(result)
     return result.exit_code
