@@ -126,15 +126,23 @@ staged AS (
     GROUP BY session_id, topic, compacted
     RETURNING topic, outcome, cardinality(ids) AS rows
 ),
+-- The lag is cut into buckets on created_at itself: edges `written - bound`, ascending,
+-- so no row's lag is computed alone (that cost twice as much on 200k rows). A row with
+-- lag <= bound lies at or after that edge; `bucket` is Prometheus's: the first bound the
+-- lag is <= to (cardinality for above them all).
+edges AS (
+    SELECT w.written, array_agg(w.written - make_interval(secs => b) ORDER BY b DESC) AS at
+    FROM (SELECT (statement_timestamp() AT TIME ZONE 'UTC')
+                 - make_interval(secs => %(since_write_s)s) AS written) w
+    CROSS JOIN unnest(%(lag_bounds)s::float8[]) AS b
+    GROUP BY w.written
+),
 lag AS (
-    SELECT width_bucket(l.seconds, %(lag_bounds)s::float8[]) AS bucket,
-           count(*) AS rows, sum(l.seconds) AS seconds
-    FROM removed r
-    CROSS JOIN LATERAL (
-        SELECT greatest(0, extract(epoch FROM
-            (statement_timestamp() AT TIME ZONE 'UTC')
-            - make_interval(secs => %(since_write_s)s) - r.created_at))::float8 AS seconds
-    ) l
+    SELECT cardinality(%(lag_bounds)s::float8[]) - width_bucket(r.created_at, e.at) AS bucket,
+           count(*) AS rows,
+           extract(epoch FROM sum(greatest(e.written - r.created_at, interval '0')))::float8
+               AS seconds
+    FROM removed r CROSS JOIN edges e
     WHERE NOT r.compacted
     GROUP BY 1
 )

@@ -63,8 +63,8 @@ class TopicLabels:
 
 class DeliveryLag(Collector):
     """A histogram fed with bucket counts computed elsewhere (in SQL), not with one
-    observation per row. Bucket i counts lags in [bounds[i-1], bounds[i]), i.e.
-    PostgreSQL's width_bucket(); bucket len(bounds) is above the last bound."""
+    observation per row. Bucket i counts lags in (bounds[i-1], bounds[i]], as
+    Prometheus's `le` does; bucket len(bounds) is above the last bound."""
 
     NAME = "outbox_relay_delivery_lag_seconds"
 

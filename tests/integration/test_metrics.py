@@ -80,6 +80,7 @@ def with_secrets(config: Config, password: str) -> Config:
 
 def test_a_continuous_relay_serves_metrics_that_match_the_delivery(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    tmp_path: Path,
 ) -> None:
     fresh, old = unique("metrics-fresh"), unique("metrics.old_")
     create_topics(stack.kafka_bootstrap, {fresh: 3, old: 2})
@@ -111,6 +112,7 @@ def test_a_continuous_relay_serves_metrics_that_match_the_delivery(
     finally:
         stop.request("test")
         thread.join(120)
+    (tmp_path / "metrics.txt").write_text(text, encoding="utf-8")  # kept for a look
     assert results and results[0].exit_code == EXIT_OK
     samples = parse(text)
     total = len(fresh_ids) + 17

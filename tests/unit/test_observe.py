@@ -60,7 +60,7 @@ def test_capped_counters_add_up() -> None:
 
 def test_bucket_counts_become_a_cumulative_histogram() -> None:
     lag = DeliveryLag((0.5, 1.0, 10.0))
-    # width_bucket's indexes: 0 below 0.5, 1 in [0.5, 1), 2 in [1, 10), 3 from 10 up.
+    # Indexes: 0 up to 0.5, 1 in (0.5, 1], 2 in (1, 10], 3 above 10.
     lag.add([(0, 2, 0.4), (2, 3, 6.0)])
     lag.add([(3, 1, 42.0), (0, 1, 0.1)])
     family = lag.collect()[0]  # type: ignore[index]
