@@ -134,6 +134,13 @@ def _progress_stream(args: argparse.Namespace) -> TextIO | None:
     return None
 
 
+def _without_spark_progress_bar(config: Config) -> Config:
+    """Spark's console progress bar draws on the same terminal line as ours; a profile
+    that sets spark.ui.showConsoleProgress keeps its choice."""
+    conf = {"spark.ui.showConsoleProgress": "false", **config.spark.conf}
+    return config.model_copy(update={"spark": config.spark.model_copy(update={"conf": conf})})
+
+
 def _logged_exit_code(exc: Exception) -> int:
     """exit_code_of's report as a log record, so that JSON logs hold it too: one line for
     an error of the relay, the traceback for a defect."""
@@ -159,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if relaunched is not None:
             return relaunched
         preflight(config)
+        progress = _progress_stream(args)
+        if progress is not None:
+            config = _without_spark_progress_bar(config)
         from relay.spark import build_session
         from relay.stream.runner import run
         from relay.wiring import build_relay
@@ -168,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # job and raises KeyboardInterrupt: a SIGINT must stop gracefully, like SIGTERM.
         stop.install()
         try:
-            result = run(relay, args.available_now, stop, _progress_stream(args))
+            result = run(relay, args.available_now, stop, progress)
         finally:
             relay.close()
     except Exception as exc:

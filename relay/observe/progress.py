@@ -42,20 +42,26 @@ class Progress:
         self._clock = clock
         self._started = clock()
         self._drawn_at: float | None = None
+        self._updated_at = self._started
         self._width = 0
 
-    def line(self, counts: Counts) -> str:
+    def line(self, counts: Counts, at: float) -> str:
+        """The figures at time `at`: the rate is what was delivered since the start."""
         delivered = sum(counts.published.values())
         gone = delivered + sum(counts.compacted.values()) + sum(counts.parked.values())
-        elapsed = max(self._clock() - self._started, 1e-9)
+        elapsed = max(at - self._started, 1e-9)
         return format_progress(delivered, self._waiting - gone, delivered / elapsed)
 
-    def update(self, counts: Counts, force: bool = False) -> None:
-        now = self._clock()
-        if not force and self._drawn_at is not None and now - self._drawn_at < _MIN_INTERVAL_S:
+    def update(self, counts: Counts) -> None:
+        """After each round: redrawn unless the last drawing is under 0.25 s old."""
+        now = self._updated_at = self._clock()
+        if self._drawn_at is not None and now - self._drawn_at < _MIN_INTERVAL_S:
             return
-        self._drawn_at = now
-        text = self.line(counts)
+        self._draw(counts, now)
+
+    def _draw(self, counts: Counts, at: float) -> None:
+        self._drawn_at = at
+        text = self.line(counts, at)
         # Pad over a longer line drawn before; \r returns to the line's start.
         self._stream.write("\r" + text.ljust(self._width))
         self._stream.flush()
@@ -65,6 +71,7 @@ class Progress:
         """Draw the final figures and end the line, so what follows starts on a new one."""
         if self._drawn_at is None:
             return
-        self.update(counts, force=True)
+        # As of the last round: the drain's end (the ledger's last copy) delivers nothing.
+        self._draw(counts, self._updated_at)
         self._stream.write("\n")
         self._stream.flush()

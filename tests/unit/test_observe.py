@@ -130,9 +130,15 @@ def test_the_progress_line_is_redrawn_in_place_a_few_times_a_second() -> None:
     stats.published["a"] += 100
     progress.update(stats)  # within 0.25 s of the last: not drawn
     assert out.getvalue() == "\routbox-relay: 400 delivered, 500 left, 200 msg/s"
-    now[0] = 105.0
+    now[0] = 104.0
+    stats.published["a"] += 100
+    progress.update(stats)
+    now[0] = 104.1
+    stats.published["a"] += 100
+    progress.update(stats)  # not drawn now, but close() draws it
+    now[0] = 110.0
     progress.close(stats)
-    assert out.getvalue().endswith("\routbox-relay: 500 delivered, 400 left, 100 msg/s\n")
+    assert out.getvalue().endswith("\routbox-relay: 700 delivered, 200 left, 171 msg/s\n")
 
 
 def _record(**extra: Any) -> logging.LogRecord:
@@ -197,3 +203,14 @@ def test_a_failed_push_is_logged_and_returns(caplog: pytest.LogCaptureFixture) -
     with caplog.at_level(logging.WARNING):
         assert push(config, metrics.registry, "src", env={}) is False
     assert "could not push the metrics" in caplog.text
+
+
+def test_a_port_in_use_is_a_config_error_naming_the_key() -> None:
+    from relay.observe.serve import serve
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        config = MetricsConfig(enabled=True, port=s.getsockname()[1])
+        with pytest.raises(ConfigError, match=r"metrics\.port: cannot listen on 127\.0\.0\.1"):
+            serve(config, RuntimeMetrics(config, "src").registry)
