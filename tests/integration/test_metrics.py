@@ -14,16 +14,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
+from pyspark.sql import SparkSession
 
 from relay.config import Config
 from relay.observe.runtime import OTHER_TOPICS
 from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from relay.stream.runner import EXIT_OK, run
 from relay.stream.stop import StopSignal
+from relay.wiring import build_relay
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
+    Msg,
     consume,
     create_topics,
     every_key_shape,
@@ -207,3 +211,34 @@ def test_a_failed_push_leaves_the_exit_code_alone(
         "pushgateway_timeout_s": 2})
     assert run_relay(config).exit_code == EXIT_OK
     assert "could not push the metrics" in caplog.text
+
+
+def test_a_record_only_the_broker_refuses_counts_as_a_record_failure_and_parked(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A keyless record on a compacted topic that the relay believes is not compacted
+    (a failpoint keeps its view stale): only the broker refuses it. The registry is the
+    caller's own, as a second collector's would be (build_relay's `registry`)."""
+    topic = unique("metrics-poison")
+    monkeypatch.setenv("RELAY_FAILPOINTS", "stale_topic_config")
+    create_topics(stack.kafka_bootstrap, {topic: 1}, **{"cleanup.policy": "compact"})
+    insert(migrated_url, [[Msg(topic, b"k1", b"a")], [Msg(topic, b"k2", b"b")],
+                          [Msg(topic, None, b"no key")], [Msg(topic, b"k1", b"c")]])
+    config = make_config([topic], relay={"topic_rules": [{"match": ".*", "policy": "park"}]})
+    registry = CollectorRegistry()
+    relay = build_relay(config, spark, registry)
+    try:
+        assert run(relay, available_now=True).exit_code == EXIT_OK
+    finally:
+        relay.close()
+    parked = query(migrated_url, "SELECT count(*) FROM relay_parked_messages")[0][0]
+    got = consume(stack.kafka_bootstrap, [topic], expect=3)
+    samples = parse(generate_latest(registry).decode())
+    assert value(samples, "outbox_relay_messages_total", topic=topic, outcome="parked") \
+        == parked == 1
+    assert value(samples, "outbox_relay_messages_total", topic=topic, outcome="published") \
+        == len({r.outbox_id for r in got}) == 3
+    failures = {dict(k[1])["kind"]: v for k, v in samples.items()
+                if k[0] == "outbox_relay_send_failures_total"}
+    assert failures == {"record": 1}, failures
