@@ -214,3 +214,35 @@ def test_a_port_in_use_is_a_config_error_naming_the_key() -> None:
         config = MetricsConfig(enabled=True, port=s.getsockname()[1])
         with pytest.raises(ConfigError, match=r"metrics\.port: cannot listen on 127\.0\.0\.1"):
             serve(config, RuntimeMetrics(config, "src").registry)
+
+
+def test_the_pushgateway_credentials_travel_in_a_header_from_the_environment() -> None:
+    import base64
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    seen: list[tuple[str, str | None]] = []
+
+    class Gateway(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.path, self.headers.get("Authorization")))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Gateway)
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    config = MetricsConfig(enabled=True, job="j",
+                           pushgateway_url=f"http://127.0.0.1:{server.server_port}")
+    try:
+        env = {"RELAY_PUSHGATEWAY_USERNAME": "relay", "RELAY_PUSHGATEWAY_PASSWORD": "s3cret"}
+        assert push(config, RuntimeMetrics(config, "src").registry, "src", env=env)
+    finally:
+        thread.join(10)
+        server.server_close()
+    expected = "Basic " + base64.b64encode(b"relay:s3cret").decode()
+    assert seen == [("/metrics/job/j/instance/src", expected)]
