@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     STACK_FAILED = 13
     RELAY_ERROR = 14
     DEFECT = 15
+    BUSY = 16
     AT_ONCE = 130
 
     @property
@@ -55,6 +56,8 @@ _MEANINGS: dict[ExitCode, str] = {
     ExitCode.STACK_FAILED: "the local stack could not start or stop",
     ExitCode.RELAY_ERROR: "another error of the relay (the line says which)",
     ExitCode.DEFECT: "an unexpected error, a defect: the traceback is printed",
+    ExitCode.BUSY: "nothing done: a relay is working on what the command names (its topic "
+    "lock is alive, or a message is in a live session); try again later",
     ExitCode.AT_ONCE: "a second stop signal: exited at once, without the graceful stop",
 }
 
