@@ -12,6 +12,7 @@ columns existed takes the new rows and still answers.
 from __future__ import annotations
 
 import random
+import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,10 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from relay.config import Config
+from relay.config_load import build_config
 from relay.control.db import Database
+from relay.control.migrate import SCHEMAS_DIR, migrate
+from relay.errors import DatabaseError
 from relay.ledger import staging
 from relay.ledger.delta import LEDGER_COLUMNS, Ledger
 from relay.stack import StackInfo
@@ -158,3 +162,34 @@ def test_a_ledger_written_before_partitions_and_actors_takes_them_and_still_answ
     read = DeltaTable(config.ledger.path).to_pyarrow_table().to_pylist()
     assert {r["message_id"]: (r["kafka_partition"], r["actor"]) for r in read} == {
         k: (v[1], v[3]) for k, v in got.items()}
+
+
+def test_migration_0012_keeps_staged_records_and_checks_the_new_ones(
+    database_url: str, tmp_path: Path,
+) -> None:
+    """A database staged by the schema before 0012 (a relay mid-upgrade) keeps its
+    records; the new columns then refuse an operator's outcome without an actor and key
+    arrays that are not parallel to the ids."""
+    before = tmp_path / "schemas"
+    before.mkdir()
+    for f in SCHEMAS_DIR.glob("*.sql"):
+        if int(f.name[:4]) < 12:
+            shutil.copy(f, before / f.name)
+    db = Database(build_config({"postgres": {"url": database_url}}, env={}).postgres)
+    try:
+        migrate(db, before)
+        db.execute("INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source)"
+                   " VALUES (gen_random_uuid(), 'orders', 'published', '{1,2}', 'old')")
+        assert migrate(db) == ["0012_ledger_operators_and_partitions"]
+        assert db.all("SELECT ids, partitioner, actor FROM relay_ledger_staging") == [
+            {"ids": [1, 2], "partitioner": None, "actor": None}]
+        stage = ("INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source,"
+                 " actor, partitioning_keys) VALUES (gen_random_uuid(), 't', %s, '{3,4}', 's',"
+                 " %s, %s)")
+        db.execute(stage, ("skipped", "alice@host", None))
+        for bad in (("skipped", None, None), ("dropped", None, None),
+                    ("published", None, [b"k"]), ("lost", "alice@host", None)):
+            with pytest.raises(DatabaseError, match="violates check constraint"):
+                db.execute(stage, bad)
+    finally:
+        db.close()
