@@ -1,4 +1,4 @@
-"""Operator verbs: topics, parked messages and a peek at the outbox, without sending."""
+"""Operator verbs: topics, parked messages, a peek at the outbox, and skipping messages unsent."""
 
 from __future__ import annotations
 
