@@ -11,6 +11,8 @@ import datetime as dt
 import getpass
 import socket
 import threading
+import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +22,17 @@ from pyspark.sql import functions as F
 
 from relay.cli import main
 from relay.config import Config
+from relay.control import skipping
 from relay.control.claims import Claims, TopicLimits
 from relay.control.db import Database
 from relay.control.locks import Backoff, TopicLocks
 from relay.control.parking import Parking
 from relay.exit_codes import ExitCode
 from relay.ledger.delta import Ledger
-from tests.integration.conftest import ConfigFactory
-from tests.integration.helpers import Msg, insert, query, unique
+from relay.stack import StackInfo
+from relay.stream.runner import EXIT_OK
+from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
+from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
 from tests.integration.process import write_profile
 
 pytestmark = pytest.mark.integration
@@ -199,3 +204,50 @@ def test_parked_drop_is_recorded_in_the_ledger_as_dropped(
     ledger.flush()
     assert {(e.outcome, e.actor) for e in ledger.lookup(topic, ids[0])} == {
         ("parked", None), ("dropped", expected_actor())}
+
+
+def test_skips_between_a_draining_relays_rounds_never_race_its_sends(
+    stack: StackInfo, spark: SparkSession, make_config: ConfigFactory, run_relay: RelayRunner,
+    migrated_url: str, topic: str,
+) -> None:
+    """While a relay drains the topic in small rounds, skips of ids at the tail are tried
+    without pause: each is refused while a round holds the lock, or goes through between
+    rounds. Every message then ends exactly one way: in Kafka and `published`, or not in
+    Kafka and `skipped`."""
+    create_topics(stack.kafka_bootstrap, {topic: 3})
+    ids = insert(migrated_url, [[Msg(topic, f"k{i % 40}".encode(), f"v{i}".encode())
+                                 for i in range(1_000)]])
+    config = make_config([topic], relay={"batch_size": 50})
+    thread, results = run_in_thread(lambda: run_relay(config))
+    db = Database(config.postgres, "test-skipper")
+    tail = [ids[-5 * (n + 1):len(ids) - 5 * n] for n in range(20)]
+    skipped: list[int] = []
+    refused = skipped_mid_drain = 0
+    try:
+        while tail and thread.is_alive():
+            result = skipping.skip(db, tail[0], source="test", actor="tester@test",
+                                   lock_timeout_s=config.relay.lock_timeout_s)
+            if result.busy:
+                refused += 1
+                time.sleep(0.005)  # a round's finish and the next lock are milliseconds apart
+                continue
+            skipped += result.skipped
+            skipped_mid_drain += bool(result.skipped) and thread.is_alive()
+            tail.pop(0)
+    finally:
+        db.close()
+    thread.join(600)
+    assert results and results[0].exit_code == EXIT_OK
+    print(f"{len(skipped)} skipped ({skipped_mid_drain} skips mid-drain), {refused} refused")
+    assert skipped_mid_drain > 0 and refused > 0, "the skips met the relay's rounds"
+
+    got = consume(stack.kafka_bootstrap, [topic], expect=len(ids) - len(skipped))
+    sent = {r.outbox_id for r in got}
+    assert not sent & set(skipped), "a skipped message was sent"
+    assert sent | set(skipped) == set(ids)
+    ledger = Ledger(spark, config, Database(config.postgres, "test-ledger"))
+    ledger.flush()
+    outcomes = Counter((r.message_id, r.outcome) for r in
+                       ledger.table().select("message_id", "outcome").collect())
+    assert outcomes == Counter({(i, "skipped" if i in set(skipped) else "published"): 1
+                                for i in ids})
