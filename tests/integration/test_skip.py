@@ -42,6 +42,9 @@ SELECT outcome, ids, actor, source, relayed_at FROM relay_ledger_staging
 WHERE outcome IN ('skipped', 'dropped') ORDER BY seq
 """
 
+# The five ids just past the next round's claim (batch_size 50).
+NEXT_ROUND = "SELECT id FROM kafka_messages WHERE topic = %s ORDER BY id OFFSET 50 LIMIT 5"
+
 
 class Relay:
     """The control plane of a relay with its own token: locks, claims and parking."""
@@ -210,22 +213,25 @@ def test_skips_between_a_draining_relays_rounds_never_race_its_sends(
     stack: StackInfo, spark: SparkSession, make_config: ConfigFactory, run_relay: RelayRunner,
     migrated_url: str, topic: str,
 ) -> None:
-    """While a relay drains the topic in small rounds, skips of ids at the tail are tried
-    without pause: each is refused while a round holds the lock, or goes through between
-    rounds. Every message then ends exactly one way: in Kafka and `published`, or not in
-    Kafka and `skipped`."""
+    """While a relay drains the topic in small rounds, skips are tried without pause, of
+    ids at the tail and of ids the next round is about to claim: each is refused while a
+    round holds the lock, or goes through between rounds. Every message then ends exactly
+    one way: in Kafka and `published`, or not in Kafka and `skipped`."""
     create_topics(stack.kafka_bootstrap, {topic: 3})
     ids = insert(migrated_url, [[Msg(topic, f"k{i % 40}".encode(), f"v{i}".encode())
                                  for i in range(1_000)]])
     config = make_config([topic], relay={"batch_size": 50})
     thread, results = run_in_thread(lambda: run_relay(config))
     db = Database(config.postgres, "test-skipper")
-    tail = [ids[-5 * (n + 1):len(ids) - 5 * n] for n in range(20)]
+    tail = [ids[-5 * (n + 1):len(ids) - 5 * n] for n in range(10)]
     skipped: list[int] = []
     refused = skipped_mid_drain = 0
     try:
-        while tail and thread.is_alive():
-            result = skipping.skip(db, tail[0], source="test", actor="tester@test",
+        while (tail or skipped_mid_drain < 20) and thread.is_alive():
+            # Alternately the tail, and the ids just past the round being sent.
+            wanted = tail[0] if tail and len(skipped) % 10 == 0 else [
+                r[0] for r in query(migrated_url, NEXT_ROUND, (topic,))]
+            result = skipping.skip(db, wanted, source="test", actor="tester@test",
                                    lock_timeout_s=config.relay.lock_timeout_s)
             if result.busy:
                 refused += 1
@@ -233,7 +239,8 @@ def test_skips_between_a_draining_relays_rounds_never_race_its_sends(
                 continue
             skipped += result.skipped
             skipped_mid_drain += bool(result.skipped) and thread.is_alive()
-            tail.pop(0)
+            if tail and wanted == tail[0]:
+                tail.pop(0)
     finally:
         db.close()
     thread.join(600)
