@@ -62,12 +62,13 @@ POLICY: Mapping[ExitCode, Outcome] = {
     ExitCode.DATABASE_LOST: Outcome.RETRY,
     ExitCode.LOCK_LOST: Outcome.RETRY,
     ExitCode.MIGRATION_FAILED: Outcome.FAIL,
-    # Codes of other commands (ledger, parked, stack); the DAG runs none of them.
+    # Codes of other commands (ledger, parked, stack, status); the DAG runs none of them.
     ExitCode.NOT_FOUND: Outcome.FAIL,
     ExitCode.DECLINED: Outcome.FAIL,
     ExitCode.STACK_FAILED: Outcome.FAIL,
     ExitCode.RELAY_ERROR: Outcome.RETRY,
     ExitCode.DEFECT: Outcome.FAIL,
+    ExitCode.UNHEALTHY: Outcome.FAIL,
     ExitCode.BUSY: Outcome.FAIL,  # `skip`'s code; the DAG never runs it
     ExitCode.AT_ONCE: Outcome.RETRY,
 }

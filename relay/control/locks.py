@@ -30,6 +30,14 @@ def held_by(token: str) -> str:
 
 HELD = held_by("%(token)s")
 
+# When a topic in error may be tried again (topic row aliased ``i``): REGISTER_ERROR's
+# next_retry_at, or, for a row an older relay or Deimos marked without one, Deimos's flat
+# 60 s after locked_at. NULL when the row has neither.
+RETRY_AT = "coalesce(i.next_retry_at, i.locked_at + interval '60 seconds')"
+
+# The one definition of "in backoff": in error, and its retry time not reached yet.
+IN_BACKOFF = f"(i.error AND coalesce({RETRY_AT}, '-infinity') > now() AT TIME ZONE 'UTC')"
+
 ENSURE_TOPICS = """
 INSERT INTO kafka_topic_info (topic)
 SELECT t FROM unnest(%s::varchar[]) AS t
@@ -42,10 +50,7 @@ UPDATE kafka_topic_info i
 SET locked_by = %(token)s, locked_at = now() AT TIME ZONE 'UTC'
 WHERE topic = ANY(%(topics)s::varchar[])
   AND (
-        (locked_by IS NULL
-         AND (NOT error
-              OR coalesce(next_retry_at, locked_at + interval '60 seconds', '-infinity')
-                 <= now() AT TIME ZONE 'UTC'))
+        (locked_by IS NULL AND NOT {IN_BACKOFF})
      OR (locked_by IS NOT NULL AND NOT coalesce({held_by("i.locked_by")}, false))
   )
 RETURNING topic

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from relay.control.db import Database
-from relay.control.locks import held_by
+from relay.control.locks import IN_BACKOFF, RETRY_AT, held_by
 
 # Distinct topics by a loose index scan over (topic, id): one index probe per topic
 # instead of a scan of the whole queue. `bound` limits it to rows with id <= bound.
@@ -22,15 +22,12 @@ WITH RECURSIVE t AS (
 SELECT t.topic,
        CASE
          WHEN {held_by("i.locked_by")} THEN 'locked'
-         WHEN i.error
-              AND coalesce(i.next_retry_at, i.locked_at + interval '60 seconds', '-infinity')
-                  > now() AT TIME ZONE 'UTC'
-           THEN 'backoff'
+         WHEN {IN_BACKOFF} THEN 'backoff'
          ELSE 'ready'
        END AS state,
        i.locked_by, i.last_error, i.retries,
-       greatest(0, extract(epoch FROM coalesce(i.next_retry_at, i.locked_at + interval '60 seconds')
-                              - now() AT TIME ZONE 'UTC'))::float AS retry_in_s,
+       greatest(0, extract(epoch FROM {RETRY_AT} - now() AT TIME ZONE 'UTC'))::float
+           AS retry_in_s,
        (SELECT count(*) FROM (SELECT 1 FROM kafka_messages m WHERE m.topic = t.topic
                               AND m.id <= %(bound)s LIMIT 1) x) > 0 AS below_bound
 FROM t

@@ -1,0 +1,144 @@
+"""`outbox-relay status` and `outbox-relay metrics serve`: look, never touch, start no JVM."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from types import FrameType
+
+from relay.config_load import load_config
+from relay.control.db import Database
+from relay.errors import RelayError
+from relay.exit_codes import ExitCode
+from relay.observe import DEFAULT_TOP_TOPICS
+from relay.observe.backlog import COUNT_BUDGET, EXACT_UP_TO
+
+DEFAULT_METRICS_PORT = 9466
+
+
+def _fail_on(text: str) -> frozenset[str]:
+    from relay.observe.report import parse_fail_on
+
+    try:
+        return parse_fail_on(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _at_least(minimum: int) -> type[int]:
+    def check(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return check  # type: ignore[return-value]
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
+def _status(args: argparse.Namespace) -> int:
+    from relay.observe.report import Thresholds, problems, table, to_json
+    from relay.observe.status import take_snapshot
+
+    config = load_config(args.config)
+    db = Database(config.postgres, "outbox-relay-status")
+    try:
+        snapshot = take_snapshot(db, config.relay.lock_timeout_s, config.ledger.path,
+                                 with_rates=not args.no_delta, exact_up_to=args.exact_up_to,
+                                 count_budget=args.count_budget)
+    finally:
+        db.close()
+    thresholds = Thresholds(args.max_age_s, args.fail_on)
+    if args.json:
+        print(json.dumps(to_json(snapshot, thresholds), indent=2))
+    else:
+        print(table(snapshot))
+    found = problems(snapshot, thresholds)
+    for line in found:
+        print(f"unhealthy: {line}", file=sys.stderr)
+    return ExitCode.UNHEALTHY if found else ExitCode.OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+
+    from relay.observe.collector import StatusCollector
+
+    config = load_config(args.config)
+    db = Database(config.postgres, "outbox-relay-metrics")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(db, config.relay.lock_timeout_s, config.ledger.path,
+                                      top=args.top_topics))
+    try:
+        if args.once:
+            sys.stdout.write(generate_latest(registry).decode("utf-8"))
+            return ExitCode.OK
+        try:
+            server, thread = start_http_server(args.port, addr=args.host, registry=registry)
+        except OSError as exc:
+            raise RelayError(f"cannot serve metrics on {args.host}:{args.port}: "
+                             f"{exc.strerror or exc}") from None
+        print(f"serving http://{args.host}:{server.server_port}/metrics", flush=True)
+        _wait_for_stop()
+        server.shutdown()
+        thread.join(timeout=5)
+        return ExitCode.OK
+    finally:
+        db.close()
+
+
+def _wait_for_stop() -> None:
+    """Until SIGTERM or SIGINT: the signal handler only sets the flag."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    while not stop.wait(1.0):
+        pass
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    status = sub.add_parser("status", help="backlog, age, state, parked, ledger rates and "
+                            "the database's horizon, per topic (no JVM)")
+    status.add_argument("--json", action="store_true", help="full JSON instead of a table")
+    status.add_argument("--max-age-s", type=_seconds, metavar="N",
+                        help=f"exit {int(ExitCode.UNHEALTHY)} if a topic's oldest waiting "
+                        "message is older than N seconds")
+    status.add_argument("--fail-on", type=_fail_on, default=frozenset(), metavar="LIST",
+                        help=f"exit {int(ExitCode.UNHEALTHY)} if a topic is in one of these "
+                        "conditions: backoff, parked (comma-separated)")
+    status.add_argument("--no-delta", action="store_true",
+                        help="leave the Delta ledger out of the rates (staged records only)")
+    status.add_argument("--exact-up-to", type=_at_least(1), default=EXACT_UP_TO, metavar="N",
+                        help="count each topic's backlog exactly up to N rows, then estimate "
+                        f"(default {EXACT_UP_TO:,})")
+    status.add_argument("--count-budget", type=_at_least(1), default=COUNT_BUDGET, metavar="N",
+                        help="count at most about N rows in all, shared by the topics; the "
+                        f"rest is estimated (default {COUNT_BUDGET:,})")
+    status.set_defaults(fn=_status)
+
+    metrics = sub.add_parser("metrics", help="Prometheus metrics of the outbox database")
+    msub = metrics.add_subparsers(dest="metrics_cmd", required=True)
+    serve = msub.add_parser("serve", help="serve the database-side metrics over HTTP (for "
+                            "scheduled deployments, where no relay runs in between)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=_at_least(0), default=DEFAULT_METRICS_PORT,
+                       help=f"default {DEFAULT_METRICS_PORT}; 0 picks a free port (printed)")
+    serve.add_argument("--once", action="store_true",
+                       help="print one scrape to stdout and exit (e.g. for a textfile collector)")
+    serve.add_argument("--top-topics", type=_at_least(1), default=DEFAULT_TOP_TOPICS,
+                       metavar="N", help="per-topic series for the N largest backlogs, the "
+                       f"rest summed into topic=\"other\" (default {DEFAULT_TOP_TOPICS})")
+    serve.set_defaults(fn=_serve)

@@ -1,0 +1,129 @@
+"""`outbox-relay metrics serve`, scraped over HTTP and checked against the database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from relay.config_load import build_config
+from relay.control.db import Database
+from relay.exit_codes import ExitCode
+from relay.observe.collector import StatusCollector
+from tests.integration.conftest import ConfigFactory
+from tests.integration.helpers import Msg, insert, query, unique
+from tests.integration.process import REPO, write_profile
+
+pytestmark = pytest.mark.integration
+
+TOPICS, TOP = 30, 10
+
+
+@pytest.fixture
+def server(make_config: ConfigFactory, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The outbox's URL and the serving process's /metrics address."""
+    config = make_config()
+    url = config.postgres.url
+    prefix = unique("mx")
+    # Topic i holds i + 1 rows: the top ten by backlog are the last ten.
+    insert(url, [[Msg(f"{prefix}.{i:02d}", b"k", b"v") for _ in range(i + 1)]
+                 for i in range(TOPICS)])
+    query(url, "INSERT INTO kafka_topic_info (topic, error, retries, last_error, locked_at, "
+               "next_retry_at) VALUES (%s, true, 4, 'refused', now() AT TIME ZONE 'UTC', "
+               "now() AT TIME ZONE 'UTC' + interval '5 minutes')", (f"{prefix}.03",))
+    query(url, "INSERT INTO relay_parked_messages (id, topic, message, created_at, reason, "
+               "source) VALUES (900000001, %s, 'v', now() AT TIME ZONE 'UTC', 'too large', "
+               "'t'), (900000002, %s, 'v', now() AT TIME ZONE 'UTC', 'too large', 't')",
+          (f"{prefix}.01", f"{prefix}.01"))
+    query(url, "INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source) "
+               "VALUES (gen_random_uuid(), %s, 'published', '{1,2}', 't'), "
+               "(gen_random_uuid(), %s, 'parked', '{3}', 't')",
+          (f"{prefix}.00", f"{prefix}.00"))
+    profile = write_profile(config, tmp_path / "profile.toml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "relay.cli", "--config", str(profile), "metrics", "serve",
+         "--port", "0", "--top-topics", str(TOP)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line.startswith("serving http://127.0.0.1:"), (line, proc.stderr)
+        yield url, line.removeprefix("serving ")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == ExitCode.OK
+
+
+def _scrape(address: str) -> tuple[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+    with urllib.request.urlopen(address, timeout=10) as response:
+        text = response.read().decode("utf-8")
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return text, values
+
+
+def test_a_scrape_matches_the_database_with_the_topic_labels_capped(
+    server: tuple[str, str],
+) -> None:
+    url, address = server
+    text, values = _scrape(address)
+    counts = dict(query(url, "SELECT topic, count(*) FROM kafka_messages GROUP BY 1"))
+    ages = dict(query(url, "SELECT DISTINCT ON (topic) topic, extract(epoch FROM "
+                           "now() AT TIME ZONE 'UTC' - created_at)::float "
+                           "FROM kafka_messages ORDER BY topic, id"))
+    ranked = sorted(counts, key=lambda t: (-counts[t], t))
+    kept, rest = ranked[:TOP], ranked[TOP:]
+
+    def metric(name: str, **labels: str) -> float:
+        return values[(f"outbox_relay_{name}", tuple(sorted(labels.items())))]
+
+    assert metric("database_up") == 1
+    labels = {dict(k[1])["topic"] for k in values if k[0] == "outbox_relay_backlog_messages"}
+    assert labels == {*kept, "other"}
+    for topic in kept:
+        assert metric("backlog_messages", topic=topic) == counts[topic]
+        assert metric("topic_state", topic=topic, state="ready") == 1
+        assert metric("oldest_message_age_seconds", topic=topic) == pytest.approx(
+            ages[topic], abs=5)
+    assert metric("backlog_messages", topic="other") == sum(counts[t] for t in rest)
+    assert metric("oldest_message_age_seconds", topic="other") == pytest.approx(
+        max(ages[t] for t in rest), abs=5)
+    assert metric("topic_state", topic="other", state="backoff") == 1
+    assert metric("topic_state", topic="other", state="ready") == len(rest) - 1
+    assert metric("topic_retries", topic="other") == 4
+    assert metric("parked_messages", topic="other") == 2
+    assert metric("topics", state="backoff") == 1
+    staged = query(url, "SELECT count(*) FROM relay_ledger_staging")[0][0]
+    assert metric("ledger_staged_records") == staged == 2
+    assert metric("ledger_staged_messages") == 3
+    dead = query(url, "SELECT n_dead_tup FROM pg_stat_user_tables "
+                      "WHERE relid = 'kafka_messages'::regclass")[0][0]
+    assert metric("queue_dead_tuples") == dead
+    assert "postgresql://" not in text and "password" not in text.lower()
+
+
+def test_an_unreachable_database_is_a_scrape_that_says_so() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = build_config({"postgres": {"url": f"postgresql://u@127.0.0.1:{port}/x",
+                                        "connect_timeout_s": 2}},
+                          env={"RELAY_POSTGRES_PASSWORD": "s3cret-pw"})
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(Database(config.postgres), 60.0, "ledger"))
+    text = generate_latest(registry).decode("utf-8")
+    assert "outbox_relay_database_up 0.0" in text
+    assert "s3cret-pw" not in text and "outbox_relay_backlog_messages" not in text
