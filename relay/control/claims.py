@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from relay.control.db import Database
 from relay.control.locks import HELD, HOLD_OWNED, REGISTER_ERROR, RELEASE, TopicLocks, held_by
-
-if TYPE_CHECKING:  # the control plane imports no Spark at run time
-    from relay.data.partitioning import Partitioner
+from relay.partitioners import Partitioner
 
 
 def live_session(s: str) -> str:
