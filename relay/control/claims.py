@@ -14,17 +14,27 @@ from dataclasses import dataclass, field
 
 from relay.control.db import Database
 from relay.control.locks import HELD, HOLD_OWNED, REGISTER_ERROR, RELEASE, TopicLocks, held_by
+from relay.partitioners import Partitioner
 
-# Sessions of a relay that died or lost its lock: their ids are in no batch being
-# sent. Another token's session goes only once that token holds no lock on the topic and
-# the session is older than the lock timeout, so a relay whose own lock lapsed cannot
-# remove the live owner's session.
+
+def live_session(s: str) -> str:
+    """The one definition of a session that may still be sending (SQL, the session row
+    aliased `s`, the timeout passed as ``%(lock_timeout_s)s``): its token holds the
+    topic's lock, or it is younger than the lock timeout. Only other sessions are
+    stale, and their ids are in no batch being sent."""
+    return (
+        f"({s}.claimed_at >= now() - make_interval(secs => %(lock_timeout_s)s)"
+        f" OR EXISTS (SELECT 1 FROM kafka_topic_info i"
+        f" WHERE i.topic = {s}.topic AND {held_by(s + '.lock_token')}))"
+    )
+
+
+# Sessions of a relay that died or lost its lock. Another token's session goes only once
+# it is stale, so a relay whose own lock lapsed cannot remove the live owner's session.
 CLEAR_STALE_SESSIONS = f"""
 DELETE FROM relay_sessions s
 WHERE s.topic = ANY(%(topics)s::varchar[]) AND s.lock_token <> %(token)s
-  AND s.claimed_at < now() - make_interval(secs => %(lock_timeout_s)s)
-  AND NOT EXISTS (SELECT 1 FROM kafka_topic_info i
-                  WHERE i.topic = s.topic AND {held_by("s.lock_token")})
+  AND NOT {live_session("s")}
 """
 
 CLAIM = """
@@ -97,6 +107,11 @@ FROM session s FULL JOIN first_problem f ON f.topic = s.topic
 
 # Deletes only rows of sessions whose topic lock is held (see locks.HOLD_OWNED, taken
 # in the same transaction), and stages the ledger record of exactly the rows deleted.
+# A published record also keeps each row's partitioning bytes (the one definition,
+# relay_partitioning_key), with the partition count and partitioner of its send: the
+# Delta copy computes the partition from them once the rows are gone. The two unordered
+# array_aggs of one group see its rows in the same order, so the arrays stay parallel
+# (the staging table checks their lengths).
 # It also returns the delivery lag of the published rows as histogram buckets
 # (relay.observe.runtime.DeliveryLag): counted here, where the rows pass anyway, a
 # drain's million rows cost one aggregate instead of a million Python observations.
@@ -104,26 +119,35 @@ FROM session s FULL JOIN first_problem f ON f.topic = s.topic
 # now minus the seconds that passed since, measured on the driver.
 FINISH_SESSIONS = """
 WITH done AS (
-    DELETE FROM relay_sessions
-    WHERE session_id = ANY(%(sessions)s::uuid[]) AND topic = ANY(%(owned)s::varchar[])
-      AND lock_token = %(token)s
-    RETURNING session_id, topic, ids, compacted_ids
+    DELETE FROM relay_sessions s
+    USING unnest(%(sessions)s::uuid[], %(partitions)s::integer[], %(partitioners)s::varchar[])
+        AS f(session_id, partitions, partitioner)
+    WHERE s.session_id = f.session_id AND s.topic = ANY(%(owned)s::varchar[])
+      AND s.lock_token = %(token)s
+    RETURNING s.session_id, s.topic, s.ids, s.compacted_ids, f.partitions, f.partitioner
 ),
 removed AS (
     DELETE FROM kafka_messages m
     USING done d
     WHERE m.id = ANY(d.ids) AND m.topic = d.topic
     RETURNING m.id, d.session_id, d.topic, m.id = ANY(d.compacted_ids) AS compacted,
-              m.created_at
+              m.created_at, relay_partitioning_key(m.partition_key, m.key) AS partitioning_key,
+              d.partitions, d.partitioner
 ),
 staged AS (
-    INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source)
+    INSERT INTO relay_ledger_staging
+        (session_id, topic, outcome, ids, source, partitioning_keys, topic_partitions,
+         partitioner)
     -- Unordered: the ledger explodes the arrays, and sorting every deleted id spilled.
     SELECT session_id, topic,
            CASE WHEN compacted THEN 'compacted' ELSE 'published' END,
-           array_agg(id), %(source)s
+           array_agg(id), %(source)s,
+           -- A compacted row was never sent: it has no partition.
+           array_agg(partitioning_key) FILTER (WHERE NOT compacted),
+           CASE WHEN NOT compacted THEN partitions END,
+           CASE WHEN NOT compacted THEN partitioner END
     FROM removed
-    GROUP BY session_id, topic, compacted
+    GROUP BY session_id, topic, compacted, partitions, partitioner
     RETURNING topic, outcome, cardinality(ids) AS rows
 ),
 -- The lag is cut into buckets on created_at itself: edges `written - bound`, ascending,
@@ -197,6 +221,9 @@ class TopicLimits:
     max_bytes: int
     compact: bool  # the relay's own compaction rule (superseded messages are not sent)
     key_required: bool = False  # the topic is compacted in Kafka: a keyless record is poison
+    # How this round's records are partitioned, for the ledger; None: not recorded.
+    partitions: int | None = None
+    partitioner: Partitioner | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +236,8 @@ class Claim:
     compacted: int
     bad_id: int | None
     problem: str | None
+    partitions: int | None = None  # the topic's partition count for this send
+    partitioner: Partitioner | None = None
 
 
 @dataclass(frozen=True)
@@ -248,6 +277,7 @@ class Claims:
                                                "lock_timeout_s": self.lock_timeout_s})
             cur.execute(CLAIM, params)
             rows = cur.fetchall()
+        spec = {t.topic: t for t in limits}
         claims = [
             Claim(
                 topic=r["topic"],
@@ -256,6 +286,8 @@ class Claims:
                 compacted=r["compacted"] or 0,
                 bad_id=r["bad_id"],
                 problem=r["problem"],
+                partitions=spec[r["topic"]].partitions,
+                partitioner=spec[r["topic"]].partitioner,
             )
             for r in rows
         ]
@@ -312,6 +344,8 @@ def finish(
             FINISH_SESSIONS,
             {
                 "sessions": [c.session_id for c in sessions],
+                "partitions": [c.partitions for c in sessions],
+                "partitioners": [c.partitioner for c in sessions],
                 "owned": sorted(owned),
                 "token": claims.token,
                 "source": claims.source_name,

@@ -55,7 +55,8 @@ class TopicCheck:
             rule = rule_for(settings.topic_rules, topic)
             # The failpoint plays a topic turned compacted after its config was read.
             key_required = info.compacted and not failpoints.armed("stale_topic_config")
-            limits.append(TopicLimits(topic, max_bytes, rule.compact, key_required))
+            limits.append(TopicLimits(topic, max_bytes, rule.compact, key_required,
+                                      info.partitions, settings.partitioner))
         return limits, counts, doomed
 
     def _sort_unavailable(self, unavailable: dict[str, TopicUnavailable],
