@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint bench faults airflow-venv airflow-constraints
+.PHONY: setup demo test lint bench faults airflow-venv airflow-constraints prometheus-tools
 
 setup: $(VENV)/.installed
 
@@ -26,8 +26,25 @@ lint: setup
 # The whole suite: lint, then the unit, Spark, integration, Airflow (in .venv-airflow)
 # and fault-injection tiers (quick mode), on a stack the session starts itself.
 # Writes reports/faults.{json,md}.
-test: lint airflow-venv
+test: lint airflow-venv prometheus-tools
 	$(PY) -m pytest
+
+# promtool (the alert rules' tests) and the Pushgateway (the push test), from Debian's
+# packages, unpacked under .relay-data/prometheus without installing anything system-wide.
+# The package index is refreshed only when the download fails without it.
+PROM_DIR := .relay-data/prometheus
+PROM_DEBS := prometheus prometheus-pushgateway
+
+prometheus-tools: $(PROM_DIR)/.fetched
+
+$(PROM_DIR)/.fetched:
+	rm -rf $(PROM_DIR) && mkdir -p $(PROM_DIR)/debs
+	cd $(PROM_DIR)/debs && { apt-get download $(PROM_DEBS) \
+		|| { apt-get update && apt-get download $(PROM_DEBS); }; }
+	for deb in $(PROM_DIR)/debs/*.deb; do dpkg-deb -x "$$deb" $(PROM_DIR); done
+	$(PROM_DIR)/usr/bin/promtool --version >/dev/null
+	$(PROM_DIR)/usr/bin/prometheus-pushgateway --version >/dev/null 2>&1
+	touch $@
 
 # The fault-injection suite alone (quick mode; FAULTS_ARGS=--long for the soak).
 faults: setup

@@ -26,7 +26,7 @@ and the README's "Airflow" section):
   left-over lines (every other topic drained; the rest wait in error or are locked by
   another relay, and the next run tries them again). A bare exit 1 without those
   lines is spark-submit's or Python's own failure: retried.
-- 2 USAGE, 10 MIGRATION_FAILED, 11, 12, 13, 16 (other commands' codes), 15 DEFECT: failed,
+- 2 USAGE, 10 MIGRATION_FAILED, 11, 12, 13, 16, 17 (other commands' codes), 15 DEFECT: failed,
   not retried (a person must fix the profile, the schema files or the code).
 - 3 INTERRUPTED, 4 UNREACHABLE, 5 QUERY_FAILED, 6 NOT_VERIFIED, 7 DATABASE_ERROR,
   8 DATABASE_LOST, 9 LOCK_LOST, 14 RELAY_ERROR, 130 AT_ONCE, and any status outside

@@ -69,6 +69,7 @@ POLICY: Mapping[ExitCode, Outcome] = {
     ExitCode.RELAY_ERROR: Outcome.RETRY,
     ExitCode.DEFECT: Outcome.FAIL,
     ExitCode.UNHEALTHY: Outcome.FAIL,
+    ExitCode.BUSY: Outcome.FAIL,  # `skip`'s code; the DAG never runs it
     ExitCode.AT_ONCE: Outcome.RETRY,
 }
 _UNDECIDED = set(ExitCode) - set(POLICY)

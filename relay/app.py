@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 from relay.config import Config
 from relay.config_load import load_config
@@ -15,6 +17,8 @@ from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import discover
 from relay.errors import ConfigError, RelayError, exit_code_of
+from relay.exit_codes import ExitCode
+from relay.observe.logs import LOG_FORMATS, configure_logging
 from relay.spark_jars import (
     cached_jars,
     has_relay_jars,
@@ -37,6 +41,13 @@ def parser() -> argparse.ArgumentParser:
         help="drain what exists, then exit (0 only when drained)",
     )
     p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=os.environ.get("RELAY_LOG_FORMAT", "text"),
+        help="json: one object per line (time, level, logger, message, exception); "
+        "default: RELAY_LOG_FORMAT, else text",
+    )
     return p
 
 
@@ -115,12 +126,36 @@ def print_summary(result: RunResult) -> None:
         print(result.unverified)
 
 
+def _progress_stream(args: argparse.Namespace) -> TextIO | None:
+    """Where an available-now drain draws its progress line: a terminal's stderr only,
+    and never among JSON logs."""
+    if args.available_now and args.log_format == "text" and sys.stderr.isatty():
+        return sys.stderr
+    return None
+
+
+def _without_spark_progress_bar(config: Config) -> Config:
+    """Spark's console progress bar draws on the same terminal line as ours; a profile
+    that sets spark.ui.showConsoleProgress keeps its choice."""
+    conf = {"spark.ui.showConsoleProgress": "false", **config.spark.conf}
+    return config.model_copy(update={"spark": config.spark.model_copy(update={"conf": conf})})
+
+
+def _logged_exit_code(exc: Exception) -> int:
+    """exit_code_of's report as a log record, so that JSON logs hold it too: one line for
+    an error of the relay, the traceback for a defect."""
+    if isinstance(exc, RelayError):
+        log.error("outbox-relay: %s", exc)
+        return exc.exit_code
+    log.error("outbox-relay: unexpected error (a defect)", exc_info=exc)
+    return ExitCode.DEFECT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    if args.log_format not in LOG_FORMATS:  # from RELAY_LOG_FORMAT, which argparse trusts
+        parser().error(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+    configure_logging(args.log_level, args.log_format)
     from relay.stream.stop import StopSignal
 
     stop = StopSignal()
@@ -131,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if relaunched is not None:
             return relaunched
         preflight(config)
+        progress = _progress_stream(args)
+        if progress is not None:
+            config = _without_spark_progress_bar(config)
         from relay.spark import build_session
         from relay.stream.runner import run
         from relay.wiring import build_relay
@@ -140,10 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # job and raises KeyboardInterrupt: a SIGINT must stop gracefully, like SIGTERM.
         stop.install()
         try:
-            result = run(relay, args.available_now, stop)
+            result = run(relay, args.available_now, stop, progress)
         finally:
             relay.close()
     except Exception as exc:
+        if args.log_format == "json":
+            return _logged_exit_code(exc)
         return exit_code_of(exc)
     print_summary(result)
     return result.exit_code

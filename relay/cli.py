@@ -81,6 +81,8 @@ def run_argv(args: argparse.Namespace) -> list[str]:
         argv.append("--available-now")
     if args.log_level:
         argv += ["--log-level", args.log_level]
+    if getattr(args, "log_format", None):
+        argv += ["--log-format", args.log_format]
     return argv
 
 
@@ -126,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     # first word, so `outbox-relay run --available-now` was refused.
     run.add_argument("--available-now", action="store_true", help="drain what exists, then exit")
     run.add_argument("--log-level", help="default: RELAY_LOG_LEVEL, else INFO")
+    run.add_argument("--log-format", choices=("text", "json"),
+                     help="json: one object per line; default: RELAY_LOG_FORMAT, else text")
     run.set_defaults(fn=_cmd_run)
     demo = sub.add_parser("demo", help="local stack, demo outbox, drain, summary")
     demo.add_argument("--messages", type=int, default=3000)

@@ -1,4 +1,4 @@
-"""Operator verbs: topics, parked messages and a peek at the outbox, without sending."""
+"""Operator verbs: topics, parked messages, a peek at the outbox, and skipping messages unsent."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from relay.config_load import load_config
-from relay.control import parking
+from relay.control import parking, skipping
 from relay.control.db import Database
 from relay.control.locks import CLEAR_ERROR, FORCE_UNLOCK
 from relay.control.pending import TopicFilter, pending_topics
@@ -64,16 +64,77 @@ def _parked(args: argparse.Namespace) -> int:
             more = "…" if len(new) > 10 else ""
             print(f"requeued {len(new)} message(s) with new ids {new[:10]}{more}")
             return ExitCode.OK
-        if not args.yes and not _confirm(f"drop {len(args.ids)} parked message(s) for good?"):
+        if not args.yes and not _confirm(f"drop {len(args.ids)} parked message(s) for good?",
+                                         "drop"):
             print("nothing dropped")
             return ExitCode.DECLINED
-        print(f"dropped {len(parking.drop(db, args.ids))} message(s)")
+        source = load_config(args.config).relay.source_name
+        dropped = parking.drop(db, args.ids, source, skipping.actor())
+        print(f"dropped {len(dropped)} message(s)")
+        gone = sorted(set(args.ids) - set(dropped))
+        if gone:
+            print(f"not parked (nothing to drop): {_ids(gone)}", file=sys.stderr)
         return ExitCode.OK
 
 
-def _confirm(question: str) -> bool:
+def _skip(args: argparse.Namespace) -> int:
+    """Skips what exists and names what does not: an id's exit code is the same whether it
+    is named alone or among others (NOT_FOUND as soon as one is missing, as `rm` does)."""
+    config = load_config(args.config)
+    with _db(args) as db:
+        waiting = skipping.find(db, args.ids)
+        if not waiting:
+            _report_missing(db, sorted(set(args.ids)))
+            return ExitCode.NOT_FOUND
+        for topic in sorted(set(waiting.values())):
+            print(f"topic {topic!r}: {_ids([i for i, t in waiting.items() if t == topic])}")
+        question = (f"skip {len(waiting)} message(s) for good, without sending them? Later "
+                    "messages of their keys will be sent without them")
+        if not args.yes and not _confirm(question, "skip"):
+            print("nothing skipped")
+            return ExitCode.DECLINED
+        result = skipping.skip(db, sorted(waiting), source=config.relay.source_name,
+                               actor=skipping.actor(), lock_timeout_s=config.relay.lock_timeout_s,
+                               wait_s=args.wait_s)
+        if result.busy:
+            _report_busy(result.busy)
+            return ExitCode.BUSY
+        print(f"skipped {len(result.skipped)} message(s), recorded in the ledger as skipped")
+        missing = sorted(set(args.ids) - set(result.skipped))
+        if missing:
+            _report_missing(db, missing)
+            return ExitCode.NOT_FOUND
+        return ExitCode.OK
+
+
+def _report_missing(db: Database, ids: list[int]) -> None:
+    parked = skipping.parked_among(db, ids)
+    rest = [i for i in ids if i not in parked]
+    if rest:
+        print(f"not in the outbox (sent, skipped, or never there): {_ids(rest)}",
+              file=sys.stderr)
+    if parked:
+        print(f"parked, not in the outbox (see `parked drop`): {_ids(parked)}", file=sys.stderr)
+
+
+def _report_busy(busy: list[skipping.Busy]) -> None:
+    print("nothing skipped: a relay is working on these messages", file=sys.stderr)
+    for b in busy:
+        since = f"{b.since:%Y-%m-%d %H:%M:%S} UTC"
+        what = (f"message {b.id} is in a live session of {b.holder} (claimed {since})"
+                if b.id is not None else f"topic {b.topic!r} is locked by {b.holder} since {since}")
+        print(f"  {what}", file=sys.stderr)
+    print("try again once the lock is released (--wait-s waits for it); a lock nobody renews "
+          "expires after relay.lock_timeout_s", file=sys.stderr)
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(map(str, ids[:20])) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
+
+
+def _confirm(question: str, verb: str) -> bool:
     if not sys.stdin.isatty():
-        print("refusing to drop without --yes when not on a terminal", file=sys.stderr)
+        print(f"refusing to {verb} without --yes when not on a terminal", file=sys.stderr)
         return False
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
@@ -107,6 +168,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     drop.add_argument("ids", nargs="+", type=int)
     drop.add_argument("--yes", action="store_true", help="do not ask")
     parked.set_defaults(fn=_parked)
+
+    skip = sub.add_parser("skip", help="remove messages from the outbox without sending them "
+                          "(recorded in the ledger as skipped, with who and when)")
+    skip.add_argument("ids", nargs="+", type=int)
+    skip.add_argument("--yes", action="store_true", help="do not ask")
+    skip.add_argument("--wait-s", type=float, default=0.0,
+                      help="while a relay holds a topic's lock, try again for this long")
+    skip.set_defaults(fn=_skip)
 
     peek = sub.add_parser("peek", help="view outbox messages without sending them")
     peek.add_argument("--topic", required=True)

@@ -26,6 +26,7 @@ from relay.config_checks import (
     keep_delivery_guarantees,
     resolve_env_ref,
 )
+from relay.observe import DEFAULT_TOP_TOPICS
 
 
 class _Model(BaseModel):
@@ -202,12 +203,43 @@ class SparkSettings(_Model):
         return value or None
 
 
+class MetricsConfig(_Model):
+    """Runtime metrics (relay.observe): served over HTTP by a continuous relay, pushed to
+    a Pushgateway at the end of an available-now run. The Pushgateway's credentials, if
+    any, come only from RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD.
+    Off unless a profile turns it on: a port is taken only where someone chose it."""
+
+    enabled: bool = False
+    host: str = Field("127.0.0.1", min_length=1)
+    port: int = Field(9464, ge=1, le=65535)
+    pushgateway_url: str | None = None
+    pushgateway_timeout_s: float = Field(5.0, gt=0)
+    job: str = Field("outbox-relay", min_length=1)
+    # The first N topics seen get a label of their own, the rest share `other`: a counter's
+    # label must not move once it exists, and 1,000s of topics would swamp Prometheus.
+    max_label_topics: int = Field(DEFAULT_TOP_TOPICS, ge=1, le=100_000)
+
+    @field_validator("pushgateway_url")
+    @classmethod
+    def _no_credentials_in_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None  # TOML has no null: "" means no Pushgateway
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must look like http://host:port")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("credentials never go into the URL (set "
+                             "RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD)")
+        return value
+
+
 class Config(_Model):
     postgres: PostgresConfig = PostgresConfig()
     kafka: KafkaConfig = KafkaConfig()
     ledger: LedgerConfig = LedgerConfig()
     relay: RelaySettings = RelaySettings()
     spark: SparkSettings = SparkSettings()
+    metrics: MetricsConfig = MetricsConfig()
 
     @model_validator(mode="before")
     @classmethod

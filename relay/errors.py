@@ -50,6 +50,20 @@ class MigrationError(RelayError):
     exit_code = ExitCode.MIGRATION_FAILED
 
 
+class PublishError(RelayError):
+    """The publisher (relay.publisher) refused a call; nothing was written."""
+
+
+class InvalidMessageError(PublishError):
+    """A message the relay would refuse to send, or of a type the outbox cannot hold; the
+    message names which one (its index in publish_many) and what is wrong."""
+
+
+class NoTransactionError(PublishError):
+    """A publish outside a transaction: the outbox row would commit on its own, apart from
+    the application's data. The caller may opt out explicitly (allow_autocommit=True)."""
+
+
 def exit_code_of(exc: Exception) -> ExitCode:
     """Reports what ended a command: one line for an error of the relay, the traceback for
     anything else. That is a defect, and Python's own exit 1 would read as "topics left

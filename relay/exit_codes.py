@@ -27,6 +27,7 @@ class ExitCode(IntEnum):
     RELAY_ERROR = 14
     DEFECT = 15
     UNHEALTHY = 16
+    BUSY = 17
     AT_ONCE = 130
 
     @property
@@ -58,6 +59,8 @@ _MEANINGS: dict[ExitCode, str] = {
     ExitCode.DEFECT: "an unexpected error, a defect: the traceback is printed",
     ExitCode.UNHEALTHY: "`status`: a monitoring threshold was crossed (`--max-age-s`, "
     "`--fail-on`); the output names each topic and why",
+    ExitCode.BUSY: "nothing done: a relay is working on what the command names (its topic "
+    "lock is alive, or a message is in a live session); try again later",
     ExitCode.AT_ONCE: "a second stop signal: exited at once, without the graceful stop",
 }
 

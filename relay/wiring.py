@@ -7,6 +7,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
 from relay.config import Config
@@ -15,6 +16,8 @@ from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.locks import Backoff, TopicLocks
 from relay.ledger.delta import Ledger
+from relay.observe.collector import StatusCollector
+from relay.observe.runtime import RuntimeMetrics
 
 
 def fencing_token(source_name: str) -> str:
@@ -33,15 +36,29 @@ class Relay:
     claims: Claims
     admin: KafkaAdmin
     ledger: Ledger
+    metrics: RuntimeMetrics
+    status_db: Database | None = None
 
     def close(self) -> None:
-        for db in (self.db, self.heartbeat_locks.db, self.ledger.db):
-            db.close()
+        for db in (self.db, self.heartbeat_locks.db, self.ledger.db, self.status_db):
+            if db is not None:
+                db.close()
 
 
-def build_relay(config: Config, spark: SparkSession) -> Relay:
+def build_relay(config: Config, spark: SparkSession,
+                registry: CollectorRegistry | None = None) -> Relay:
+    """`registry` receives the runtime metrics (a new one when None); it is what the
+    relay serves or pushes, so a collector registered into it is exported too."""
     relay = config.relay
     token = fencing_token(relay.source_name)
+    metrics = RuntimeMetrics(config.metrics, relay.source_name, registry)
+    # What /metrics and a push export beside the runtime metrics: the database-side gauges
+    # (backlog, oldest age, states), read per scrape on a connection of their own.
+    status_db = None
+    if config.metrics.enabled:
+        status_db = Database(config.postgres, "outbox-relay-metrics")
+        metrics.registry.register(StatusCollector(
+            status_db, relay.lock_timeout_s, config.ledger.path, config.metrics.max_label_topics))
     backoff = Backoff(relay.backoff_base_s, relay.backoff_max_s)
     db = Database(config.postgres, "outbox-relay")
     # The heartbeat thread and the ledger copier each get their own connection:
@@ -58,4 +75,6 @@ def build_relay(config: Config, spark: SparkSession) -> Relay:
         claims=Claims(db, token, relay.lock_timeout_s, relay.header_prefix, relay.source_name),
         admin=KafkaAdmin(config.kafka),
         ledger=Ledger(spark, config, ledger_db),
+        metrics=metrics,
+        status_db=status_db,
     )

@@ -14,25 +14,13 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from relay.config import KafkaConfig
 from relay.errors import UnreachableError
+from relay.topic_names import topic_name_problem as topic_name_problem  # re-exported
 
 log = logging.getLogger(__name__)
 _client_log = logging.getLogger("relay.librdkafka")
 
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _NAMED_UP_TO = 32
 _CONFIG_TTL_S = 60.0
-
-
-def topic_name_problem(topic: str) -> str | None:
-    """Why Kafka would refuse this topic name, or None if it is legal."""
-    if topic in (".", ".."):
-        return f"topic name {topic!r} is not allowed"
-    if not _LEGAL_TOPIC.match(topic):
-        return (
-            f"topic name {topic!r} is illegal: Kafka allows 1-249 characters "
-            "of ASCII letters, digits, '.', '_' and '-'"
-        )
-    return None
 
 
 class _ClientLog:

@@ -98,7 +98,19 @@ SELECT topic, message, key, partition_key, headers, created_at FROM back ORDER B
 RETURNING id
 """
 
-DROP = "DELETE FROM relay_parked_messages WHERE id = ANY(%s::bigint[]) RETURNING id"
+# Recorded in the ledger as `dropped`, by whom, in the same statement as the delete.
+DROP = """
+WITH gone AS (
+    DELETE FROM relay_parked_messages WHERE id = ANY(%(ids)s::bigint[])
+    RETURNING id, topic
+),
+staged AS (
+    INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source, actor)
+    SELECT gen_random_uuid(), topic, 'dropped', array_agg(id ORDER BY id), %(source)s, %(actor)s
+    FROM gone GROUP BY topic
+)
+SELECT id FROM gone ORDER BY id
+"""
 
 PEEK = """
 SELECT id, topic, key, partition_key, octet_length(message) AS bytes, headers, created_at,
@@ -158,8 +170,9 @@ def requeue(db: Database, ids: Sequence[int], topic: str | None) -> list[int]:
     return [r["id"] for r in db.all(REQUEUE, {"ids": list(ids), "topic": topic})]
 
 
-def drop(db: Database, ids: Sequence[int]) -> list[int]:
-    return [r["id"] for r in db.all(DROP, (list(ids),))]
+def drop(db: Database, ids: Sequence[int], source: str, actor: str) -> list[int]:
+    """Deletes parked messages for good; returns the ids that were parked."""
+    return [r["id"] for r in db.all(DROP, {"ids": list(ids), "source": source, "actor": actor})]
 
 
 def peek(db: Database, topic: str, from_id: int, to_id: int, limit: int) -> list[dict[str, Any]]:

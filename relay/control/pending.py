@@ -37,6 +37,11 @@ WHERE t.topic IS NOT NULL
 
 MAX_ID = "SELECT coalesce(max(id), 0) AS max_id FROM kafka_messages"
 
+# What an available-now drain has to move: once, at its start (its progress line).
+WAITING_UP_TO = """
+SELECT topic, count(*) AS n FROM kafka_messages WHERE id <= %(bound)s GROUP BY topic
+"""
+
 # Every running relay polls the outbox through one connection of this name (its
 # streaming source, relay.stream.source).
 SOURCE_APPLICATION = "outbox-relay-source"
@@ -98,3 +103,9 @@ def relays_polling(db: Database) -> int:
     """How many relays poll this outbox now, this one included once its source runs."""
     row = db.one(RELAYS_POLLING, (SOURCE_APPLICATION,))
     return int(row["n"]) if row else 0
+
+
+def waiting_up_to(db: Database, bound: int, topic_filter: TopicFilter) -> int:
+    """Rows with id <= bound in the topics this relay serves."""
+    rows = db.all(WAITING_UP_TO, {"bound": bound})
+    return sum(r["n"] for r in rows if topic_filter(r["topic"]))

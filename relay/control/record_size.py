@@ -27,6 +27,9 @@ BATCH_HEADER = 61  # RECORD_BATCH_OVERHEAD
 RECORD_OVERHEAD = 21  # MAX_RECORD_OVERHEAD: length, attributes, timestamp and offset deltas
 MAX_VARINT = 5  # the varint of a key, value or header-count length, at most
 ID_CHARS = 20  # a bigint in decimal, sign included
+# A broker's message.max.bytes unless configured otherwise, and so a topic's
+# max.message.bytes: the limit an application assumes when it knows no other.
+KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 
 def varint_size(n: int) -> int:

@@ -9,31 +9,28 @@ Rows with equal bytes are one key for ordering, whichever column the bytes came 
 - ``crc32``: librdkafka's ``consistent`` partitioner, which Deimos uses for
   ``partition_key``: ``crc32(key) % partitions``.
 
-Each comes twice: a pure-Python reference and a Spark Column expression that runs on
-the executors without a Python worker. The expression keeps every intermediate value
-of the 32-bit arithmetic in [0, 2**32) as a bigint: a product of such a value and the
-31-bit constant stays below 2**63, so Spark's ANSI overflow checks never fire.
+Each comes twice: a pure-Python reference (relay/partitioners.py, no Spark) and a Spark
+Column expression that runs on the executors without a Python worker. The expression
+keeps every intermediate value of the 32-bit arithmetic in [0, 2**32) as a bigint: a
+product of such a value and the 31-bit constant stays below 2**63, so Spark's ANSI
+overflow checks never fire.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
-from typing import Literal
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-Partitioner = Literal["murmur2", "crc32"]
+from relay.partitioners import MASK as _MASK
+from relay.partitioners import SEED as _SEED
+from relay.partitioners import M as _M
+from relay.partitioners import Partitioner, murmur2, partition_for, partitioning_key
 
-_SEED = 0x9747B28C
-_M = 0x5BD1E995
-_MASK = 0xFFFFFFFF
-
-
-def partitioning_key(partition_key: str | None, key: bytes | None) -> bytes | None:
-    """The partitioning bytes of one row, for tests and the fault harness."""
-    return partition_key.encode("utf-8") if partition_key is not None else key
+# The pure-Python half, re-exported: importers of this module keep working.
+__all__ = ["Partitioner", "murmur2", "partition_col", "partition_for", "partitioning_key",
+           "partitioning_key_col"]
 
 
 def partitioning_key_col(
@@ -43,38 +40,6 @@ def partitioning_key_col(
     pk = F.col("partition_key") if partition_key is None else partition_key
     k = F.col("key") if key is None else key
     return F.coalesce(F.encode(pk, "UTF-8"), k.cast("binary"))
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 as an unsigned 32-bit value (Java's int, reinterpreted)."""
-    length = len(data)
-    h = (_SEED ^ length) & _MASK
-    for i in range(length // 4):
-        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = (h * _M) & _MASK
-        h ^= k
-    tail = length & ~3
-    rem = length % 4
-    if rem >= 3:
-        h ^= data[tail + 2] << 16
-    if rem >= 2:
-        h ^= data[tail + 1] << 8
-    if rem >= 1:
-        h ^= data[tail]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
-    return h
-
-
-def partition_for(partitioner: Partitioner, key: bytes, partitions: int) -> int:
-    if partitioner == "murmur2":
-        return (murmur2(key) & 0x7FFFFFFF) % partitions
-    return (zlib.crc32(key) & _MASK) % partitions
 
 
 def _mul(x: Column) -> Column:

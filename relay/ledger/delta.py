@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from relay.config import Config
 from relay.control.db import Database
+from relay.data.partitioning import partition_col
 from relay.data.read import jdbc_options
 from relay.errors import DatabaseUnavailableError, RelayError
 from relay.ledger import staging
@@ -36,6 +37,11 @@ LEDGER_COLUMNS = (
     "relayed_at",
     "copy_batch",
     "origin",
+    # Added later (mergeSchema adds them to an older ledger; its rows read NULL there):
+    "kafka_partition",  # the partition a published record was written to; NULL: see below
+    "topic_partitions",  # the topic's partition count when it was sent
+    "partitioner",  # murmur2 or crc32; NULL on records from before these columns
+    "actor",  # who skipped or dropped it (user@host); NULL for what a relay did
 )
 # The scheduler pool of the copies (relay/fairscheduler.xml): rounds' tasks go first.
 LEDGER_POOL = "relay-ledger"
@@ -45,16 +51,33 @@ SessionRecord = tuple[str, str, str]
 
 
 def explode_staging(staged: DataFrame, origin: str) -> DataFrame:
-    """One ledger row per message from staged session records of the outbox `origin`."""
-    return staged.select(
+    """One ledger row per message from staged session records of the outbox `origin`.
+
+    A published record's partition comes from its row's partitioning bytes (parallel to
+    `ids`) by the sink's own expression (`partition_col`). It is NULL where the producer
+    chose it (a row with neither key nor partition_key, `partitioner` set), for what was
+    never sent, and for records staged before the bytes were kept (`partitioner` NULL).
+    """
+    exploded = staged.select("*", F.posexplode("ids").alias("position", "message_id"))
+    key = F.get(F.col("partitioning_keys"), F.col("position"))
+    n, partitioner = F.col("topic_partitions"), F.col("partitioner")
+    partition = (
+        F.when(partitioner == "murmur2", partition_col("murmur2", key, n))
+        .when(partitioner == "crc32", partition_col("crc32", key, n))
+    )
+    return exploded.select(
         F.col("topic").cast("string").alias("topic"),
-        F.explode("ids").alias("message_id"),
+        F.col("message_id").cast("bigint").alias("message_id"),
         F.col("outcome").cast("string").alias("outcome"),
         F.col("session_id").cast("string").alias("session_id"),
         F.col("source").cast("string").alias("source"),
         F.col("relayed_at").cast("timestamp").alias("relayed_at"),
         F.col("copy_batch").cast("bigint").alias("copy_batch"),
         F.lit(origin).cast("string").alias("origin"),
+        partition.cast("int").alias("kafka_partition"),
+        n.cast("int").alias("topic_partitions"),
+        partitioner.cast("string").alias("partitioner"),
+        F.col("actor").cast("string").alias("actor"),
     )
 
 
@@ -86,6 +109,22 @@ class LedgerEntry:
     source: str
     relayed_at: Any
     where: str  # "delta" or "staging"
+    kafka_partition: int | None = None
+    topic_partitions: int | None = None
+    partitioner: str | None = None  # None: the record predates partitions in the ledger
+    actor: str | None = None
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any], where: str) -> LedgerEntry:
+        """From a Delta row or a staged one (relay.ledger.staging.staged_for), which name
+        their fields alike; columns an older ledger lacks read as None."""
+        return cls(
+            topic=str(row["topic"]), message_id=int(row["message_id"]),
+            outcome=str(row["outcome"]), session_id=str(row["session_id"]),
+            source=str(row["source"]), relayed_at=row["relayed_at"], where=where,
+            **{f: row.get(f) for f in ("kafka_partition", "topic_partitions", "partitioner",
+                                       "actor")},
+        )
 
 
 class Ledger:
@@ -191,31 +230,9 @@ class Ledger:
 
     def lookup(self, topic: str, message_id: int) -> list[LedgerEntry]:
         """Every record of the message: in Delta, and staged but not yet copied."""
-        found = [
-            LedgerEntry(
-                topic=topic,
-                message_id=message_id,
-                outcome=r["outcome"],
-                session_id=r["session_id"],
-                source=r["source"],
-                relayed_at=r["relayed_at"],
-                where="delta",
-            )
-            for r in self._delta_rows(topic, message_id)
-        ]
-        found += [
-            LedgerEntry(
-                topic,
-                message_id,
-                str(r["outcome"]),
-                str(r["session_id"]),
-                str(r["source"]),
-                r["relayed_at"],
-                "staging",
-            )
-            for r in staging.staged_for(self.db, topic, message_id)
-        ]
-        return found
+        found = [LedgerEntry.of(r.asDict(), "delta") for r in self._delta_rows(topic, message_id)]
+        return found + [LedgerEntry.of(r, "staging")
+                        for r in staging.staged_for(self.db, topic, message_id)]
 
     def _delta_rows(self, topic: str, message_id: int) -> list[Any]:
         if not self.exists():

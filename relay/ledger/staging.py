@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from relay.control.db import Database
 from relay.errors import LockLostError
+from relay.partitioners import Partitioner, partition_for
 
 # The copy sequence belongs to the database, so the Delta txnAppId is the database's
 # identity: the cluster's system identifier and the database's oid (stable across a
@@ -74,10 +77,14 @@ REMOVE_BATCH = f"""
 DELETE FROM relay_ledger_staging WHERE copy_batch = %(batch)s AND {_HOLDS_COPY_LOCK}
 """
 
+# The id's partitioning bytes sit at its position in the parallel array.
 STAGED_FOR = """
-SELECT session_id::text, topic, outcome, source, relayed_at
+SELECT session_id::text AS session_id, topic, %(id)s::bigint AS message_id, outcome, source,
+       relayed_at, actor, topic_partitions, partitioner,
+       partitioning_keys[array_position(ids, %(id)s::bigint)] AS partitioning_key
 FROM relay_ledger_staging
-WHERE topic = %s AND %s = ANY(ids)
+WHERE (%(topic)s::varchar IS NULL OR topic = %(topic)s) AND %(id)s::bigint = ANY(ids)
+ORDER BY seq
 """
 
 
@@ -139,5 +146,21 @@ def remove_batch(db: Database, backend: int, copy_batch: int) -> None:
         ensure_copy_lock(db, backend)
 
 
-def staged_for(db: Database, topic: str, message_id: int) -> list[dict[str, object]]:
-    return db.all(STAGED_FOR, (topic, message_id))
+def staged_for(db: Database, topic: str | None, message_id: int) -> list[dict[str, Any]]:
+    """The staged records of a message (of any topic when `topic` is None), with the
+    fields and names of a Delta ledger row (relay.ledger.delta.LEDGER_COLUMNS)."""
+    rows = db.all(STAGED_FOR, {"topic": topic, "id": message_id})
+    for r in rows:
+        key = r.pop("partitioning_key")
+        r["kafka_partition"] = kafka_partition(
+            r["partitioner"], bytes(key) if key is not None else None, r["topic_partitions"])
+    return rows
+
+
+def kafka_partition(partitioner: str | None, key: bytes | None,
+                    partitions: int | None) -> int | None:
+    """The partition of a staged published record, as the Delta copy computes it (NULL
+    where the producer chose, or nothing was recorded); pinned to it by a Spark test."""
+    if partitioner not in ("murmur2", "crc32") or key is None or not partitions:
+        return None
+    return partition_for(cast(Partitioner, partitioner), key, partitions)

@@ -1,7 +1,12 @@
-"""What an operator looks at: status, the database-side metrics, the notebook's numbers.
+"""What an operator looks at: status, the metrics, the logs, the notebook's numbers.
 
-Control-plane code only (psycopg2, delta-rs): nothing here imports pyspark or starts a JVM.
+The status and database-side metrics are control-plane code only (psycopg2, delta-rs):
+they import no pyspark and start no JVM. The runtime metrics, log format and progress
+line belong to a running relay.
 """
 
-# Per-topic metric series before the rest are folded into topic="other".
+# Per-topic metric series before the rest are folded into one series.
 DEFAULT_TOP_TOPICS = 100
+# The label of that series: parentheses are illegal in Kafka topic names, so no real
+# topic can collide with it. The runtime counters and the database-side gauges share it.
+OTHER_TOPICS = "(other)"

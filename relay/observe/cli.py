@@ -157,5 +157,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        help="print one scrape to stdout and exit (e.g. for a textfile collector)")
     serve.add_argument("--top-topics", type=_at_least(1), default=DEFAULT_TOP_TOPICS,
                        metavar="N", help="per-topic series for the N largest backlogs, the "
-                       f"rest summed into topic=\"other\" (default {DEFAULT_TOP_TOPICS})")
+                       f"rest summed into topic=\"(other)\" (default {DEFAULT_TOP_TOPICS})")
     serve.set_defaults(fn=_serve)

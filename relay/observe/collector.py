@@ -2,7 +2,7 @@
 
 A custom collector: every scrape reads the database once (no Delta: none of these needs
 it). Per-topic series are capped: the top N topics by backlog keep their label, and the
-rest are folded into `topic="other"` (counts summed, ages and retries the maximum, states
+rest are folded into `topic="(other)"` (counts summed, ages and retries the maximum, states
 counted). Labels hold topic names and states only; no value or label holds a secret.
 """
 
@@ -19,12 +19,11 @@ from prometheus_client.registry import Collector
 
 from relay.control.db import Database
 from relay.errors import RelayError
-from relay.observe import DEFAULT_TOP_TOPICS
+from relay.observe import DEFAULT_TOP_TOPICS, OTHER_TOPICS
 from relay.observe.status import STATES, Snapshot, TopicStatus, take_snapshot
 
 log = logging.getLogger(__name__)
 
-OTHER = "other"
 PREFIX = "outbox_relay_"
 
 
@@ -52,13 +51,13 @@ def capped(topics: Sequence[TopicStatus], top: int) -> list[TopicSeries]:
     A topic literally named `other` always goes into the aggregate, so that no two series
     share a label."""
     ranked = sorted(topics, key=lambda t: (-t.backlog, -(t.oldest_age_s or 0.0), t.topic))
-    kept = [t for t in ranked if t.topic != OTHER][:top]
+    kept = [t for t in ranked if t.topic != OTHER_TOPICS][:top]
     kept_names = {t.topic for t in kept}
     rest = [t for t in ranked if t.topic not in kept_names]
     series = [_one(t) for t in kept]
     if rest:
         series.append(TopicSeries(
-            OTHER,
+            OTHER_TOPICS,
             backlog=sum(t.backlog for t in rest),
             oldest_age_s=max(t.oldest_age_s or 0.0 for t in rest),
             max_wait_s=max(t.max_wait_s for t in rest),

@@ -74,17 +74,21 @@ CROSS JOIN LATERAL (
 # reads every row of the topic whatever the LIMIT; these keep it on the index, in order.
 COUNT_PLAN = ("SET LOCAL enable_bitmapscan = off", "SET LOCAL enable_sort = off")
 
-# The ledger's staged records per topic: messages per window (every outcome), and how far
-# the copy to Delta lags behind them. `copy_batches` are the batches tagged for a copy
-# and not yet removed: Delta may hold them already (relay.observe.ledger_rates).
+# The ledger's staged records per topic: messages published per window (parked, skipped
+# and dropped ones were not delivered, and a parked message later dropped would count
+# twice), and how far the copy to Delta lags behind them. `copy_batches` are the batches
+# tagged for a copy and not yet removed: Delta may hold them already
+# (relay.observe.ledger_rates).
 STAGED = """
 SELECT topic,
        count(*)::bigint AS records,
        coalesce(sum(cardinality(ids)), 0)::bigint AS messages,
        coalesce(sum(cardinality(ids)) FILTER (
-           WHERE relayed_at >= now() - interval '5 minutes'), 0)::bigint AS messages_5m,
+           WHERE outcome = 'published' AND relayed_at >= now() - interval '5 minutes'), 0
+       )::bigint AS messages_5m,
        coalesce(sum(cardinality(ids)) FILTER (
-           WHERE relayed_at >= now() - interval '60 minutes'), 0)::bigint AS messages_60m,
+           WHERE outcome = 'published' AND relayed_at >= now() - interval '60 minutes'), 0
+       )::bigint AS messages_60m,
        min(relayed_at) AS oldest_at,
        extract(epoch FROM now() - min(relayed_at))::float AS oldest_age_s,
        array_remove(array_agg(DISTINCT copy_batch), NULL) AS copy_batches
@@ -149,7 +153,7 @@ SELECT {origin} AS origin, topic, copy_batch,
        count(*) FILTER (WHERE relayed_at >= to_timestamp_micros({since_5m_us:d})) AS n5,
        count(*) AS n60
 FROM ledger
-WHERE relayed_at >= to_timestamp_micros({since_60m_us:d})
+WHERE relayed_at >= to_timestamp_micros({since_60m_us:d}) AND outcome = 'published'
 GROUP BY {origin}, topic, copy_batch
 """
 # A ledger written before rows carried their origin has no such column.

@@ -28,6 +28,7 @@ from relay.control.claims import Claim, TopicLimits, finish
 from relay.control.parking import Parking
 from relay.control.pending import TopicFilter, pending_topics, relays_polling
 from relay.errors import DatabaseUnavailableError, UnreachableError
+from relay.observe.progress import Progress
 from relay.stream.delivery import Delivery
 from relay.stream.heartbeat import Heartbeat
 from relay.stream.policy import rule_for
@@ -70,6 +71,10 @@ class BatchProcessor:
                                 settings.source_name, settings.header_prefix)
         self._delivery = Delivery(relay, self._parking)
         self._topics = TopicCheck(relay)
+        self.metrics = relay.metrics
+        self._written_at = time.monotonic()  # when the last write of a batch ended
+        # Set by the runner for an available-now drain on a terminal.
+        self.progress: Progress | None = None
         # The error that ended a batch body, if one did: the runner tells it apart from
         # what its own query.stop() makes Spark raise after the last body finished.
         self.failure: BaseException | None = None
@@ -131,7 +136,10 @@ class BatchProcessor:
         states = pending_topics(self.relay.db, settings.lock_timeout_s, self._filter, bound)
         ready = [s.topic for s in states
                  if s.state == "ready" and (bound is None or s.below_bound)]
-        locked = self.relay.locks.acquire(ready)
+        if not ready:
+            return False
+        with self.metrics.phase("lock"):
+            locked = self.relay.locks.acquire(ready)
         if not locked:
             return False
         self.stats.batches += 1
@@ -153,7 +161,7 @@ class BatchProcessor:
         finally:
             # The heartbeat renewed up to here; finish's first statement row-locks the
             # topics still held, so nobody can take them over until it commits.
-            self._finish(locked, acknowledged, errors)
+            self._finish(locked, acknowledged, errors, beat.lost)
         return True
 
     def _park_doomed(
@@ -174,7 +182,7 @@ class BatchProcessor:
 
     def _count_parked(self, topic: str, n: int, reason: str) -> None:
         if n:
-            self.stats.parked[topic] += n
+            self._count(topic, "parked", n)
             log.warning("topic %s: parked %d message(s): %s", topic, n, reason)
 
     def _claim_and_send(
@@ -184,7 +192,9 @@ class BatchProcessor:
         errors: dict[str, str],
     ) -> list[Claim]:
         settings = self.relay.config.relay
-        batch = self.relay.claims.claim(limits, settings.batch_size, settings.max_batch_bytes)
+        with self.metrics.phase("claim"):
+            batch = self.relay.claims.claim(limits, settings.batch_size,
+                                            settings.max_batch_bytes)
         for c in batch.claims:
             # Under park, the next batch parks the bad row before claiming.
             if c.bad_id is not None and self._policy(c.topic) == "block":
@@ -192,20 +202,35 @@ class BatchProcessor:
         sessions = batch.sessions
         if not sessions or batch.batch_id is None:
             return []
-        outcome = self._delivery.deliver(batch.batch_id, sessions, counts)
+        with self.metrics.phase("write"):
+            outcome = self._delivery.deliver(batch.batch_id, sessions, counts)
+        self._written_at = time.monotonic()
         errors.update(outcome.errors)
         for topic, n in outcome.parked.items():
-            self.stats.parked[topic] += n
+            self._count(topic, "parked", n)
         failpoints.hit("after_ack")
         return outcome.acknowledged
 
+    def _count(self, topic: str, outcome: str, n: int) -> None:
+        getattr(self.stats, outcome)[topic] += n
+        self.metrics.messages(topic, outcome, n)
+
     def _finish(self, locked: Collection[str], acknowledged: list[Claim],
-                errors: dict[str, str]) -> None:
-        done = finish(self.relay.claims, self.relay.locks, locked, acknowledged, errors)
+                errors: dict[str, str], lost: Collection[str]) -> None:
+        since_write = time.monotonic() - self._written_at if acknowledged else 0.0
+        with self.metrics.phase("delete"):
+            done = finish(self.relay.claims, self.relay.locks, locked, acknowledged, errors,
+                          self.metrics.delivery_lag.bounds, since_write)
         for c in acknowledged:
             if c.topic in done.owned:
-                self.stats.published[c.topic] += c.rows - c.compacted
-                self.stats.compacted[c.topic] += c.compacted
+                self._count(c.topic, "published", c.rows - c.compacted)
+                self._count(c.topic, "compacted", c.compacted)
+        self.metrics.delivery_lag.add(done.lag)
+        self.metrics.lock_lost(len(done.lost | set(lost)))
+        if done.published or done.compacted:
+            self.metrics.succeeded()
+        if self.progress is not None:
+            self.progress.update(self.stats)
         if done.lost:
             log.warning("lock lost for %s before the delete: rows left to the new owner",
                         sorted(done.lost))

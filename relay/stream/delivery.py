@@ -20,7 +20,7 @@ from relay.control.parking import Parking
 from relay.data.plan import IdRange, RecordPlan
 from relay.data.sink import write_records
 from relay.errors import UnreachableError
-from relay.stream.failures import describe_failure
+from relay.stream.failures import OUTAGE_PREFIX, describe_failure, failure_kind
 from relay.stream.isolate import isolate
 from relay.stream.policy import rule_for
 from relay.stream.topic_bisect import bisect_topics, named_topics
@@ -101,10 +101,20 @@ class Delivery:
             if lost & {c.topic for c in sessions}:
                 log.warning("batch %d: dropped the topics whose lock was lost: %s",
                             batch_id, sorted(lost & {c.topic for c in sessions}))
+            self._count_failures(outcome)
             return outcome
         finally:
             with self._guard:
                 self._lost.clear()
+
+    def _count_failures(self, outcome: Outcome) -> None:
+        """One failure per topic and batch whose write was not acknowledged (a poison
+        message parked counts as a record failure)."""
+        metrics = self.relay.metrics
+        for topic, reason in outcome.errors.items():
+            metrics.send_failure(topic, failure_kind(reason))
+        for topic in outcome.parked.keys() - outcome.errors.keys():
+            metrics.send_failure(topic, "record")
 
     def _deliver(self, batch_id: int, sessions: list[Claim], counts: dict[str, int]) -> Outcome:
         topics = sorted(c.topic for c in sessions)
@@ -135,7 +145,7 @@ class Delivery:
         try:
             self.relay.admin.check_reachable()
         except UnreachableError as down:
-            return f"Kafka unavailable: {down}"
+            return f"{OUTAGE_PREFIX}{down}"
         return None
 
     def _isolate(self, batch_id: int, counts: dict[str, int], claim: Claim, reason: str,

@@ -39,3 +39,26 @@ def describe_failure(exc: BaseException) -> str:
         return match.group(1).strip()[:1000]
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return first[:1000]
+
+
+# Kinds of send failure, for outbox_relay_send_failures_total. A topic-level refusal
+# concerns every message of the topic; a record-level one a single message.
+_TOPIC_LEVEL = re.compile(
+    r"InvalidTopicException|UnknownTopicOrPartitionException|TopicAuthorizationException|"
+    r"PolicyViolationException|does not exist|not present in metadata"
+)
+_TIMEOUT = re.compile(r"TimeoutException|timed out|Expiring \d+ record", re.IGNORECASE)
+OUTAGE_PREFIX = "Kafka unavailable: "
+
+
+def failure_kind(reason: str) -> str:
+    """outage (Kafka was found down), topic, record (refused for good), timeout, or other."""
+    if reason.startswith(OUTAGE_PREFIX):
+        return "outage"
+    if _TOPIC_LEVEL.search(reason):
+        return "topic"
+    if refused_for_good(reason):
+        return "record"
+    if _TIMEOUT.search(reason):
+        return "timeout"
+    return "other"

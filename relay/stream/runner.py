@@ -7,14 +7,23 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from typing import TextIO
 
 from pyspark.sql.streaming.query import StreamingQuery
 
 from relay.config_load import to_json_without_secrets
-from relay.control.pending import TopicFilter, TopicState, max_id, pending_topics
+from relay.control.pending import (
+    TopicFilter,
+    TopicState,
+    max_id,
+    pending_topics,
+    waiting_up_to,
+)
 from relay.errors import RelayError
 from relay.exit_codes import ExitCode
 from relay.ledger.flusher import LedgerFlusher
+from relay.observe.progress import Progress
+from relay.observe.serve import exported
 from relay.stream.batch import BatchProcessor, RelayStats
 from relay.stream.source import SOURCE_NAME, OutboxSource
 from relay.stream.stop import StopSignal, forward_jvm_signals
@@ -67,12 +76,28 @@ def left_over(relay: Relay, bound: int | None = None) -> list[TopicState]:
     return pending_topics(relay.db, settings.lock_timeout_s, topic_filter, bound)
 
 
-def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> RunResult:
-    stop = stop or StopSignal()
+def run(relay: Relay, available_now: bool, stop: StopSignal | None = None,
+        progress: TextIO | None = None) -> RunResult:
+    """Runs the relay until it drained (available-now) or is stopped. Its metrics are
+    served meanwhile, or pushed at the end (relay.observe.serve); `progress`, for an
+    available-now run, receives the progress line."""
+    metrics = relay.config.metrics
+    with exported(metrics, relay.metrics.registry, available_now,
+                  relay.config.relay.source_name):
+        return _run(relay, available_now, stop or StopSignal(), progress)
+
+
+def _run(relay: Relay, available_now: bool, stop: StopSignal,
+         progress: TextIO | None) -> RunResult:
     started = time.monotonic()
     bound = max_id(relay.db) if available_now else None
     forward_jvm_signals(relay.spark, stop)
     processor = BatchProcessor(relay, stop, bound=bound, continuous=not available_now)
+    if progress is not None and bound is not None:
+        settings = relay.config.relay
+        waiting = waiting_up_to(relay.db, bound, TopicFilter(settings.include_topics,
+                                                             settings.exclude_topics))
+        processor.progress = Progress(progress, waiting)
     ledger = relay.config.ledger
     flusher = LedgerFlusher(
         relay, ledger.drain_flush_interval_s if available_now else ledger.flush_interval_s,
@@ -113,6 +138,8 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None) -> Ru
             failed = True
     finally:
         flusher.stop(copy_now=not stop.requested)
+        if processor.progress is not None:
+            processor.progress.close(processor.stats)
     remaining: list[TopicState] = []
     unverified = None
     if bound is not None:

@@ -10,7 +10,7 @@ from relay.control.claims import TopicLimits
 from relay.control.kafka_admin import TopicInfo, TopicUnavailable, topic_name_problem
 from relay.control.record_size import payload_allowance
 from relay.control.topic_meta import TopicMeta
-from relay.stream.failures import describe_failure
+from relay.stream.failures import OUTAGE_PREFIX, describe_failure
 from relay.stream.policy import rule_for
 from relay.wiring import Relay
 
@@ -38,7 +38,7 @@ class TopicCheck:
         try:
             infos = self.relay.admin.describe(named) if named else {}
         except Exception as exc:
-            reason = f"Kafka unavailable: {describe_failure(exc)}"
+            reason = f"{OUTAGE_PREFIX}{describe_failure(exc)}"
             errors.update({t: reason for t in named})
             return [], {}, doomed
         present = {t: i for t in named if isinstance(i := infos.get(t), TopicInfo)}
@@ -55,7 +55,8 @@ class TopicCheck:
             rule = rule_for(settings.topic_rules, topic)
             # The failpoint plays a topic turned compacted after its config was read.
             key_required = info.compacted and not failpoints.armed("stale_topic_config")
-            limits.append(TopicLimits(topic, max_bytes, rule.compact, key_required))
+            limits.append(TopicLimits(topic, max_bytes, rule.compact, key_required,
+                                      info.partitions, settings.partitioner))
         return limits, counts, doomed
 
     def _sort_unavailable(self, unavailable: dict[str, TopicUnavailable],

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from relay.config_load import build_config
 from relay.control.db import Database
 from relay.exit_codes import ExitCode
+from relay.observe import OTHER_TOPICS
 from relay.observe.collector import StatusCollector
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, insert, query, unique
@@ -92,19 +93,19 @@ def test_a_scrape_matches_the_database_with_the_topic_labels_capped(
 
     assert metric("database_up") == 1
     labels = {dict(k[1])["topic"] for k in values if k[0] == "outbox_relay_backlog_messages"}
-    assert labels == {*kept, "other"}
+    assert labels == {*kept, OTHER_TOPICS}
     for topic in kept:
         assert metric("backlog_messages", topic=topic) == counts[topic]
         assert metric("topic_state", topic=topic, state="ready") == 1
         assert metric("oldest_message_age_seconds", topic=topic) == pytest.approx(
             ages[topic], abs=5)
-    assert metric("backlog_messages", topic="other") == sum(counts[t] for t in rest)
-    assert metric("oldest_message_age_seconds", topic="other") == pytest.approx(
+    assert metric("backlog_messages", topic=OTHER_TOPICS) == sum(counts[t] for t in rest)
+    assert metric("oldest_message_age_seconds", topic=OTHER_TOPICS) == pytest.approx(
         max(ages[t] for t in rest), abs=5)
-    assert metric("topic_state", topic="other", state="backoff") == 1
-    assert metric("topic_state", topic="other", state="ready") == len(rest) - 1
-    assert metric("topic_retries", topic="other") == 4
-    assert metric("parked_messages", topic="other") == 2
+    assert metric("topic_state", topic=OTHER_TOPICS, state="backoff") == 1
+    assert metric("topic_state", topic=OTHER_TOPICS, state="ready") == len(rest) - 1
+    assert metric("topic_retries", topic=OTHER_TOPICS) == 4
+    assert metric("parked_messages", topic=OTHER_TOPICS) == 2
     assert metric("topics", state="backoff") == 1
     staged = query(url, "SELECT count(*) FROM relay_ledger_staging")[0][0]
     assert metric("ledger_staged_records") == staged == 2

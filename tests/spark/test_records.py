@@ -87,16 +87,19 @@ def test_in_key_order_sorts_each_task_by_id(spark: SparkSession) -> None:
 
 def test_explode_staging_one_row_per_message(spark: SparkSession) -> None:
     staged = spark.createDataFrame(
-        [(7, "s-1", "t", "published", [3, 4], "src", CREATED)],
+        [(7, "s-1", "t", "published", [3, 4], "src", CREATED, None, None, None, None)],
         "copy_batch bigint, session_id string, topic string, outcome string, ids array<bigint>, "
-        "source string, relayed_at timestamp",
+        "source string, relayed_at timestamp, partitioning_keys array<binary>, "
+        "topic_partitions int, partitioner string, actor string",
     )
     out = staged.transform(explode_staging, "outbox-1")
     assert tuple(out.columns) == LEDGER_COLUMNS
     expected = spark.createDataFrame(
-        [("t", i, "published", "s-1", "src", CREATED, 7, "outbox-1") for i in (3, 4)],
+        [("t", i, "published", "s-1", "src", CREATED, 7, "outbox-1", None, None, None, None)
+         for i in (3, 4)],
         "topic string, message_id bigint, outcome string, session_id string, source string, "
-        "relayed_at timestamp, copy_batch bigint, origin string",
+        "relayed_at timestamp, copy_batch bigint, origin string, kafka_partition int, "
+        "topic_partitions int, partitioner string, actor string",
     )
     assert_df_equality(out, expected, ignore_nullable=True)
 

@@ -24,3 +24,16 @@ def test_run_forwards_its_options_to_the_relay(
     assert relay_args.available_now is available_now
     if log_level:
         assert relay_args.log_level == log_level
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_run_forwards_the_log_format(log_format: str) -> None:
+    argv = ["--config", "p.toml", "run", "--log-format", log_format]
+    relay_args = parser().parse_args(run_argv(build_parser().parse_args(argv)))
+    assert relay_args.log_format == log_format
+
+
+def test_an_unknown_log_format_is_refused() -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["run", "--log-format", "xml"])
+    assert exc.value.code == 2

@@ -11,8 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from relay.observe import OTHER_TOPICS as OTHER
 from relay.observe.backlog import MIN_SHARE, Span, backlog_of, count_limits
-from relay.observe.collector import OTHER, capped, families
+from relay.observe.collector import capped, families
 from relay.observe.ledger_rates import DeltaCounts, delta_counts
 from relay.observe.report import Thresholds, parse_fail_on, problems, table, to_json
 from relay.observe.status import (

@@ -1,0 +1,222 @@
+"""Publishing from an application: rows of kafka_messages in the caller's own transaction.
+
+The outbox works only if the message commits or rolls back with the application's own
+data, so the publisher writes through the caller's connection, inside the caller's
+transaction, and refuses a connection that would commit the row on its own. Supported:
+a psycopg2 connection, a psycopg (3) connection, a SQLAlchemy Session or Connection on
+either driver. A driver is recognised by the type of the object passed, looked up among
+the modules already imported: the publisher imports no driver the caller does not use,
+and neither pyspark nor a Kafka client.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from relay.errors import (
+    DatabaseError,
+    DatabaseUnavailableError,
+    InvalidMessageError,
+    NoTransactionError,
+    PublishError,
+)
+from relay.publish_checks import Message, OutboxRow, limits, outbox_row
+
+# One statement per page. unnest keeps the statement text fixed whatever the page's size,
+# the same for every driver; ORDER BY n inserts (and so numbers and returns) the rows in
+# the caller's order.
+INSERT_MESSAGES = """
+INSERT INTO kafka_messages (topic, message, key, partition_key, headers)
+SELECT u.topic, u.message, u.key, u.partition_key, u.headers::jsonb
+FROM unnest(%(topics)s::varchar[], %(messages)s::bytea[], %(keys)s::bytea[],
+            %(partition_keys)s::varchar[], %(headers)s::text[])
+     WITH ORDINALITY AS u(topic, message, key, partition_key, headers, n)
+ORDER BY u.n
+RETURNING id
+"""
+
+# A page ends at whichever comes first: few round trips, and a statement whose size
+# (psycopg2 sends bytea as hex text, twice the bytes) stays far from PostgreSQL's 1 GB.
+PAGE_ROWS = 2_000
+PAGE_BYTES = 16 * 1024 * 1024
+
+_PQTRANS_IDLE = 0  # libpq's PQTRANS_IDLE: psycopg2's and psycopg's constants are this value
+
+Insert = Callable[[dict[str, list[Any]]], list[int]]
+
+
+def publish(conn: Any, topic: str, value: bytes | str | None, *,
+            key: bytes | str | None = None, partition_key: str | None = None,
+            headers: Mapping[str, str] | None = None, header_prefix: str | None = None,
+            max_bytes: int | None = None, allow_autocommit: bool = False) -> int:
+    """Write one message to the outbox in the caller's transaction; returns its id.
+
+    `value` and `key` are bytes, str (stored as UTF-8) or None; `partition_key` (the text
+    Kafka's partition is computed from instead of the key) is a str or None; `headers` is
+    a mapping of str to str, sent as Kafka record headers.
+
+    Checked first, and refused with InvalidMessageError before anything is written, is what
+    the relay would refuse: an illegal topic name, a header name starting with
+    `header_prefix`, headers that are not a mapping of str to str, and a message whose
+    size (value + key + headers as JSON text, in bytes) exceeds `max_bytes`. Both limits
+    default to the relay's defaults: `header_prefix` to RelaySettings.header_prefix
+    ("outbox-relay."), `max_bytes` to the relay's payload allowance (relay.control.
+    record_size.payload_allowance) for a topic with Kafka's default max.message.bytes
+    (1,048,588) under the default producer settings and source name, with the prefix in
+    effect. A relay configured otherwise, or a topic with a smaller limit, needs the
+    caller to pass its values. Not checked here, as they need Kafka or the relay's state:
+    a keyless message to a compacted topic, and a key with a message parked.
+
+    Outside a transaction (an autocommit connection not in an explicit one, a SQLAlchemy
+    Session or Connection with no transaction begun) it raises NoTransactionError, unless
+    `allow_autocommit=True`. With a psycopg2 or psycopg connection, that opt-out lets the
+    row commit at once; a SQLAlchemy Session or Connection begins a transaction of its
+    own then, which the caller still commits.
+    """
+    message = Message(topic, value, key, partition_key, headers)
+    return _publish(conn, [message], header_prefix, max_bytes, allow_autocommit, False)[0]
+
+
+def publish_many(conn: Any, messages: Iterable[Message], *, header_prefix: str | None = None,
+                 max_bytes: int | None = None, allow_autocommit: bool = False) -> list[int]:
+    """Write messages to the outbox in the caller's transaction; returns their ids in order.
+
+    Every message is checked as `publish` checks one, before anything is written: one bad
+    message writes none of them. Rows go in pages of up to PAGE_ROWS rows, one statement
+    (one round trip) each. Under `allow_autocommit=True` on an autocommit psycopg
+    connection, each page commits by itself.
+    """
+    return _publish(conn, messages, header_prefix, max_bytes, allow_autocommit, True)
+
+
+def _publish(conn: Any, messages: Iterable[Message], header_prefix: str | None,
+             max_bytes: int | None, allow_autocommit: bool, numbered: bool) -> list[int]:
+    insert, outside = _target(conn)
+    limit = limits(header_prefix, max_bytes)
+    rows: list[OutboxRow] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise InvalidMessageError(
+                f"message {i}: must be a relay.Message, not {type(message).__name__}")
+        try:
+            rows.append(outbox_row(message, limit))
+        except InvalidMessageError as exc:
+            raise (InvalidMessageError(f"message {i}: {exc}") if numbered else exc) from None
+    if outside is not None and not allow_autocommit:
+        raise NoTransactionError(
+            f"refusing to publish outside a transaction: {outside}. The message would "
+            "commit apart from the application's data; begin a transaction, or pass "
+            "allow_autocommit=True to write it anyway")
+    ids: list[int] = []
+    for page in _pages(rows):
+        got = insert(_params(page))
+        if len(got) != len(page):
+            raise PublishError(f"kafka_messages took {len(got)} of {len(page)} rows: a rule "
+                               "or trigger on the table dropped some; roll back")
+        ids.extend(got)
+    return ids
+
+
+def _pages(rows: Sequence[OutboxRow]) -> Iterator[Sequence[OutboxRow]]:
+    start, size = 0, 0
+    for i, row in enumerate(rows):
+        if i > start and (i - start >= PAGE_ROWS or size + row.size > PAGE_BYTES):
+            yield rows[start:i]
+            start, size = i, 0
+        size += row.size
+    if start < len(rows):
+        yield rows[start:]
+
+
+def _params(page: Sequence[OutboxRow]) -> dict[str, list[Any]]:
+    return {
+        "topics": [r.topic for r in page],
+        "messages": [r.message for r in page],
+        "keys": [r.key for r in page],
+        "partition_keys": [r.partition_key for r in page],
+        "headers": [r.headers for r in page],
+    }
+
+
+def _target(conn: Any) -> tuple[Insert, str | None]:
+    """How to insert through `conn`, and why it is outside a transaction (None if inside)."""
+    for name, kind in (("psycopg2", "extensions.connection"), ("psycopg", "Connection")):
+        driver = sys.modules.get(name)
+        if driver is not None and isinstance(conn, _attr(driver, kind)):
+            return _dbapi_insert(conn, driver), _dbapi_outside(conn)
+    orm, engine = sys.modules.get("sqlalchemy.orm"), sys.modules.get("sqlalchemy.engine")
+    if orm is not None and isinstance(conn, orm.scoped_session):
+        conn = conn()  # the registry's current Session (Flask-SQLAlchemy's `db.session`)
+    if orm is not None and isinstance(conn, orm.Session):
+        return _sqlalchemy(conn, conn.connection, "Session")
+    if engine is not None and isinstance(conn, engine.Connection):
+        return _sqlalchemy(conn, lambda: conn, "Connection")
+    raise PublishError(
+        f"cannot publish through a {type(conn).__module__}.{type(conn).__qualname__}: "
+        "pass a psycopg2 or psycopg connection, or a SQLAlchemy Session or Connection")
+
+
+def _attr(module: Any, dotted: str) -> Any:
+    for name in dotted.split("."):
+        module = getattr(module, name)
+    return module
+
+
+def _dbapi_outside(raw: Any) -> str | None:
+    if raw.closed:
+        raise DatabaseUnavailableError("cannot publish to the outbox: the connection is closed")
+    # A connection out of autocommit opens a transaction with its first statement, so
+    # only autocommit with none begun explicitly (psycopg's `conn.transaction()`, or a
+    # BEGIN) writes a row that commits alone.
+    if raw.autocommit and raw.info.transaction_status == _PQTRANS_IDLE:
+        return "the connection is in autocommit mode with no transaction begun"
+    return None
+
+
+def _dbapi_insert(conn: Any, driver: Any) -> Insert:
+    # A plain tuple cursor, whatever cursor or row factory the caller set on conn.
+    if driver.__name__ == "psycopg2":
+        cursor_args = {"cursor_factory": driver.extensions.cursor}
+    else:
+        cursor_args = {"row_factory": driver.rows.tuple_row}
+
+    def insert(params: dict[str, list[Any]]) -> list[int]:
+        try:
+            with conn.cursor(**cursor_args) as cur:
+                cur.execute(INSERT_MESSAGES, params)
+                return [row[0] for row in cur.fetchall()]
+        except driver.Error as exc:
+            lost = isinstance(exc, driver.OperationalError | driver.InterfaceError)
+            raise _translated(exc, lost) from exc
+
+    return insert
+
+
+def _sqlalchemy(conn: Any, connection: Callable[[], Any], kind: str) -> tuple[Insert, str | None]:
+    """A Session or Connection: its transaction, and the DBAPI connection's autocommit
+    (an engine with isolation_level="AUTOCOMMIT" begins transactions that are no-ops)."""
+    outside = None
+    if not conn.in_transaction():
+        outside = f"the SQLAlchemy {kind} has no transaction begun"
+    elif (raw := _dbapi_outside(connection().connection.dbapi_connection)) is not None:
+        outside = f"the SQLAlchemy {kind}'s DBAPI {raw.removeprefix('the ')}"
+    exc_module = sys.modules["sqlalchemy.exc"]
+
+    def insert(params: dict[str, list[Any]]) -> list[int]:
+        try:
+            return [row[0] for row in connection().exec_driver_sql(INSERT_MESSAGES, params)]
+        except exc_module.DBAPIError as exc:
+            lost = exc.connection_invalidated or isinstance(
+                exc, exc_module.OperationalError | exc_module.InterfaceError)
+            raise _translated(exc.orig or exc, lost) from exc
+
+    return insert, outside
+
+
+def _translated(exc: BaseException, lost: bool) -> DatabaseError:
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else type(exc).__name__
+    kind = DatabaseUnavailableError if lost else DatabaseError
+    return kind(f"cannot publish to the outbox: PostgreSQL says: {first}")
