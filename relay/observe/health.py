@@ -100,7 +100,7 @@ def _points(per_minute: Mapping[int, int]) -> dict[str, int]:
 
 
 def throughput(series: PerMinute, top: int = TOP_SERIES) -> dict[str, Any]:
-    """Messages per minute per topic: the `top` busiest topics, the rest summed."""
+    """Messages published per minute per topic: the `top` busiest, the rest summed."""
     totals = {t: sum(m.values()) for t, m in series.counts.items()}
     ranked = sorted((t for t, n in totals.items() if n), key=lambda t: (-totals[t], t))
     shown, rest = ranked[:top], ranked[top:]
@@ -111,7 +111,7 @@ def throughput(series: PerMinute, top: int = TOP_SERIES) -> dict[str, Any]:
     hours = series.minutes / 60
     return {
         "figure": "throughput",
-        "title": f"Messages per minute, last {hours:g} h (ledger)",
+        "title": f"Messages published per minute, last {hours:g} h (ledger)",
         "generated_at": iso(series.generated_at),
         "first_minute": _minute_iso(series.first_minute),
         "last_minute": _minute_iso(series.last_minute),

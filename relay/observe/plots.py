@@ -155,20 +155,21 @@ def throughput(data: Mapping[str, Any]) -> Figure:
     fig = Figure(figsize=(10.0, 7.0), layout="constrained")
     whole, zoom = fig.subplots(2, 1, height_ratios=(3, 2))
     minutes = _minutes(data)
-    x = [float(dates.date2num(m)) for m in minutes]
+    # One point more, at the end of the last minute: a step is as wide as its minute.
+    x = [float(dates.date2num(m)) for m in [*minutes, minutes[-1] + timedelta(minutes=1)]]
     for s in series:
         # The JSON keeps only the minutes with records; the plot draws the zeros too.
         y = [s["per_minute"].get(iso(m), 0) for m in minutes]
         for ax in (whole, zoom):
-            ax.plot(x, y, drawstyle="steps-post", linewidth=1,
+            ax.plot(x, [*y, y[-1]], drawstyle="steps-post", linewidth=1,
                     label=f"{_label(s['topic'], 40)} ({s['total']:,})")
-    for ax, first in ((whole, 0), (zoom, max(0, len(x) - ZOOM_MINUTES))):
-        ax.set_xlim(x[first], x[-1] + 1 / 1440)
+    for ax, first in ((whole, 0), (zoom, max(0, len(minutes) - ZOOM_MINUTES))):
+        ax.set_xlim(x[first], x[-1])
         ax.xaxis.set_major_formatter(dates.DateFormatter("%H:%M"))
         ax.set_ylim(bottom=0)
         ax.set_ylabel("messages per minute")
     zoom.set_xlabel("UTC")
-    zoom.set_title(f"the last {min(ZOOM_MINUTES, len(x))} minutes", fontsize=10)
+    zoom.set_title(f"the last {min(ZOOM_MINUTES, len(minutes))} minutes", fontsize=10)
     whole.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     title = data["title"]
     if data.get("delta_error"):

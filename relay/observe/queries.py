@@ -168,12 +168,16 @@ SELECT now() AS now,
        floor(extract(epoch FROM now()) / 60)::bigint - %(minutes)s + 1 AS first_minute
 """
 
-# Staged messages per topic and minute (every outcome, as the rates count them).
-STAGED_PER_MINUTE = """
+# Which ledger records a rate counts: the published ones, as STAGED and DELTA_RATES do
+# (tests/unit/test_notebook_figures.py pins that all four statements carry it).
+RATED_RECORDS = "outcome = 'published'"
+
+# Staged messages published per topic and minute.
+STAGED_PER_MINUTE = f"""
 SELECT topic, floor(extract(epoch FROM relayed_at) / 60)::bigint AS minute,
        sum(cardinality(ids))::bigint AS messages
 FROM relay_ledger_staging
-WHERE relayed_at >= to_timestamp(%(first_minute)s * 60)
+WHERE relayed_at >= to_timestamp(%(first_minute)s * 60) AND {RATED_RECORDS}
 GROUP BY 1, 2
 """
 
@@ -183,7 +187,7 @@ DELTA_PER_MINUTE = """
 SELECT {origin} AS origin, topic, copy_batch,
        CAST(to_unixtime(relayed_at) AS BIGINT) / 60 AS minute, count(*) AS messages
 FROM ledger
-WHERE relayed_at >= to_timestamp_micros({since_us:d})
+WHERE relayed_at >= to_timestamp_micros({since_us:d}) AND """ + RATED_RECORDS + """
 GROUP BY 1, 2, 3, 4
 """
 

@@ -1,4 +1,5 @@
-"""Messages per minute per topic over a window (the notebook's 24 hours), from the ledger.
+"""Messages published per minute per topic over a window (the notebook's 24 hours), from
+the ledger.
 
 The staged records in PostgreSQL and the Delta table (through delta-rs) together, with
 the rates' rule for what counts once (relay.observe.ledger_rates.counts_here). Minutes
@@ -21,8 +22,8 @@ DAY_MINUTES = 24 * 60
 
 @dataclass(frozen=True)
 class PerMinute:
-    """`counts[topic][minute]`: messages whose ledger record falls in that minute, for
-    minutes first_minute .. first_minute + minutes - 1 (minutes since the epoch)."""
+    """`counts[topic][minute]`: messages published in that minute (their ledger record's
+    time), for minutes first_minute .. first_minute + minutes - 1 since the epoch."""
 
     generated_at: datetime
     first_minute: int

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from relay.observe import health, plots
+from relay.observe import health, plots, queries
 from relay.observe.ledger_rates import counts_here
 from relay.observe.status import Lock, TopicError
 from relay.observe.throughput import PerMinute
@@ -156,3 +156,10 @@ def test_the_notebook_is_in_databricks_source_format() -> None:
     assert markdown and all(
         all(line.startswith("# MAGIC") for line in c.strip().splitlines()) for c in markdown)
     assert not re.search(r"^\s*(import|from)\s+pyspark", text, re.M), "no Spark needed"
+
+
+def test_the_series_counts_the_records_the_rates_count() -> None:
+    for statement in (queries.STAGED, queries.DELTA_RATES, queries.STAGED_PER_MINUTE,
+                      queries.DELTA_PER_MINUTE):
+        assert statement.count(queries.RATED_RECORDS) == (
+            2 if statement is queries.STAGED else 1), statement
