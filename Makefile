@@ -20,7 +20,7 @@ demo: setup
 	$(VENV)/bin/outbox-relay --config conf/local.toml demo
 
 lint: setup
-	$(VENV)/bin/ruff check relay jobs tests dags
+	$(VENV)/bin/ruff check relay jobs tests dags notebooks
 	$(VENV)/bin/mypy relay
 
 # The whole suite: lint, then the unit, Spark, integration, Airflow (in .venv-airflow)

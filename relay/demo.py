@@ -10,9 +10,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from relay.config import Config
 from relay.config_load import load_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
@@ -67,6 +69,19 @@ def _seed(db: Database, messages: int) -> int:
     return messages
 
 
+def _print_status(config: Config, config_path: str) -> None:
+    """`outbox-relay status` after the drain, in this process (no JVM)."""
+    from relay.observe.cli import print_status
+
+    # The relay ran in REPO, so a relative ledger path is under it, wherever this runs.
+    ledger = config.ledger.path
+    if not urlsplit(ledger).scheme and not Path(ledger).is_absolute():
+        config = config.model_copy(update={"ledger": config.ledger.model_copy(
+            update={"path": str(REPO / ledger)})})
+    print(f"\n$ outbox-relay --config {config_path} status", flush=True)
+    print_status(config)
+
+
 def run_demo(config_path: str, messages: int) -> int:
     env = _stack_env()
     os.environ.update({k: env[k] for k in ("RELAY_POSTGRES_URL", "RELAY_KAFKA_BOOTSTRAP_SERVERS")})
@@ -88,6 +103,7 @@ def run_demo(config_path: str, messages: int) -> int:
     env = {"SPARK_LOCAL_IP": "127.0.0.1", **env, "PYSPARK_PYTHON": sys.executable}
     code = subprocess.call(cmd, cwd=REPO, env=env)
     print(f"relay exited {code} after {time.monotonic() - started:.1f} s (including JVM start)")
+    _print_status(config, config_path)
     # The relay's own code is one of relay.exit_codes; killed by signal N, report 128 + N
     # as a shell does.
     return code if code >= 0 else 128 - code

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from relay.config_load import load_config
 from relay.control.db import Database
@@ -15,6 +16,10 @@ from relay.errors import RelayError
 from relay.exit_codes import ExitCode
 from relay.observe import DEFAULT_TOP_TOPICS
 from relay.observe.backlog import COUNT_BUDGET, EXACT_UP_TO
+
+if TYPE_CHECKING:
+    from relay.config import Config
+    from relay.observe.report import Thresholds
 
 DEFAULT_METRICS_PORT = 9466
 
@@ -46,19 +51,31 @@ def _seconds(text: str) -> float:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from relay.observe.report import Thresholds
+
+    return print_status(load_config(args.config), as_json=args.json,
+                        thresholds=Thresholds(args.max_age_s, args.fail_on),
+                        with_rates=not args.no_delta, exact_up_to=args.exact_up_to,
+                        count_budget=args.count_budget)
+
+
+def print_status(config: Config, *, as_json: bool = False, thresholds: Thresholds | None = None,
+                 with_rates: bool = True, exact_up_to: int = EXACT_UP_TO,
+                 count_budget: int = COUNT_BUDGET) -> int:
+    """`outbox-relay status`: the table (or JSON) on stdout, problems on stderr; the exit
+    code. Also what `demo` prints after its drain."""
     from relay.observe.report import Thresholds, problems, table, to_json
     from relay.observe.status import take_snapshot
 
-    config = load_config(args.config)
     db = Database(config.postgres, "outbox-relay-status")
     try:
         snapshot = take_snapshot(db, config.relay.lock_timeout_s, config.ledger.path,
-                                 with_rates=not args.no_delta, exact_up_to=args.exact_up_to,
-                                 count_budget=args.count_budget)
+                                 with_rates=with_rates, exact_up_to=exact_up_to,
+                                 count_budget=count_budget)
     finally:
         db.close()
-    thresholds = Thresholds(args.max_age_s, args.fail_on)
-    if args.json:
+    thresholds = thresholds or Thresholds()
+    if as_json:
         print(json.dumps(to_json(snapshot, thresholds), indent=2))
     else:
         print(table(snapshot))

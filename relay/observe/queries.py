@@ -158,3 +158,67 @@ GROUP BY {origin}, topic, copy_batch
 """
 # A ledger written before rows carried their origin has no such column.
 ORIGIN_COLUMNS = {True: "origin", False: "CAST(NULL AS VARCHAR)"}
+
+# --- The operator notebook (relay.observe.throughput, relay.observe.health) ---
+
+# The series' first minute, in minutes since the epoch on the database's clock: the
+# current minute is the last of `minutes` buckets.
+SERIES_CLOCK = """
+SELECT now() AS now,
+       floor(extract(epoch FROM now()) / 60)::bigint - %(minutes)s + 1 AS first_minute
+"""
+
+# Which ledger records a rate counts: the published ones, as STAGED and DELTA_RATES do
+# (tests/unit/test_notebook_figures.py pins that all four statements carry it).
+RATED_RECORDS = "outcome = 'published'"
+
+# Staged messages published per topic and minute.
+STAGED_PER_MINUTE = f"""
+SELECT topic, floor(extract(epoch FROM relayed_at) / 60)::bigint AS minute,
+       sum(cardinality(ids))::bigint AS messages
+FROM relay_ledger_staging
+WHERE relayed_at >= to_timestamp(%(first_minute)s * 60) AND {RATED_RECORDS}
+GROUP BY 1, 2
+"""
+
+# The same over Delta (see DELTA_RATES for how the text is built): to_unixtime is whole
+# seconds since the epoch, so both sides bucket on the same minute boundaries.
+DELTA_PER_MINUTE = """
+SELECT {origin} AS origin, topic, copy_batch,
+       CAST(to_unixtime(relayed_at) AS BIGINT) / 60 AS minute, count(*) AS messages
+FROM ledger
+WHERE relayed_at >= to_timestamp_micros({since_us:d}) AND """ + RATED_RECORDS + """
+GROUP BY 1, 2, 3, 4
+"""
+
+# Parked messages by reason. Reasons carry ids and sizes ("message 812 is 20,061 bytes,
+# over the limit of 10000"): digit runs become N so that one cause is one group.
+PARKED_BY_REASON = """
+SELECT regexp_replace(reason, '[0-9]+', 'N', 'g') AS reason,
+       count(*)::bigint AS messages, count(DISTINCT topic)::bigint AS topics,
+       min(reason) AS example, max(parked_at) AS last_parked_at
+FROM relay_parked_messages
+GROUP BY 1
+ORDER BY messages DESC, reason
+"""
+
+# One message by id, wherever it is: waiting, parked, or in the staged ledger records.
+MESSAGE_WAITING = """
+SELECT id, topic, created_at, octet_length(message) AS value_bytes,
+       key IS NOT NULL AS has_key, partition_key IS NOT NULL AS has_partition_key
+FROM kafka_messages WHERE id = %(id)s
+"""
+MESSAGE_PARKED = """
+SELECT id, topic, created_at, reason, attempts, source, parked_at
+FROM relay_parked_messages WHERE id = %(id)s
+"""
+MESSAGE_STAGED = """
+SELECT topic, outcome, session_id::text AS session_id, source, relayed_at
+FROM relay_ledger_staging WHERE %(id)s = ANY(ids)
+ORDER BY relayed_at
+"""
+# The message's Delta rows (the id is a Python int formatted with `:d`).
+DELTA_MESSAGE = """
+SELECT {origin} AS origin, topic, outcome, session_id, source, relayed_at, copy_batch
+FROM ledger WHERE message_id = {message_id:d}
+"""
