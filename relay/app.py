@@ -14,7 +14,7 @@ from relay.config_load import load_config
 from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import discover
-from relay.errors import ConfigError, RelayError, exit_code_of
+from relay.errors import ConfigError, RelayError, TransformError, exit_code_of
 from relay.spark_jars import (
     cached_jars,
     has_relay_jars,
@@ -57,6 +57,20 @@ def preflight(config: Config) -> None:
     if row is None or row["version"] < latest:
         raise ConfigError("the database schema is behind: run `outbox-relay migrate`")
     KafkaAdmin(config.kafka).check_reachable()
+    check_transforms(config)
+
+
+def check_transforms(config: Config) -> None:
+    """Every transform a topic rule names imports and is callable (its contract is
+    checked on the executors, relay.data.transform)."""
+    from relay.data.transform import load_transform
+
+    for i, rule in enumerate(config.relay.topic_rules):
+        if rule.transform is not None:
+            try:
+                load_transform(rule.transform)
+            except TransformError as exc:
+                raise TransformError(f"relay.topic_rules.{i}.transform: {exc}") from None
 
 
 def resubmit_with_jars_if_needed(config: Config) -> int | None:
