@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -183,7 +184,9 @@ class RowCounter:
             acc.add(len(pos))
             return pos
 
-        self.counted = arrow_udf(count, "bigint")
+        # pyspark's stubs know only the form that names the UDF type, which it then
+        # warns about: the type comes from the hints.
+        self.counted: Callable[[Column], Column] = cast(Any, arrow_udf)(count, "bigint")
 
     def reset(self) -> None:
         self._acc.value = 0
