@@ -46,6 +46,7 @@ RELAY_COLUMN = "_relay"
 TRANSFORM_COLUMNS = ("id", "topic", "key", "value", "headers", "created_at", RELAY_COLUMN)
 _POS = "_relay_pos"
 _AFTER = "_relay_after"
+_HERE = "_relay_here"
 
 
 def load_transform(spec: str) -> Transform:
@@ -64,7 +65,12 @@ def load_transform(spec: str) -> Transform:
 
 
 def _position() -> Column:
-    """The row's index in its task, counted where this expression is evaluated."""
+    """The row's index in its task, counted where this expression is evaluated.
+
+    Each instance counts the rows IT sees: inside a CASE it would miss the rows of the
+    branches not taken, so each use gets a column of its own, in a projection of its own
+    (nondeterministic, so the optimizer never inlines it into another).
+    """
     task = F.spark_partition_id().cast("bigint")
     return F.monotonically_increasing_id() - F.shiftleft(task, 33)
 
@@ -116,7 +122,7 @@ def _fail_if(problems: list[tuple[Column, Column]], spec: str, value: Column) ->
 
 def _row_problems(prefix: str) -> list[tuple[Column, Column]]:
     rel, row = F.col(RELAY_COLUMN), F.col("id").cast("string")
-    here = _position()
+    here = F.col(_HERE)
     reserved = F.exists(F.coalesce(F.map_keys("headers"), F.array().cast("array<string>")),
                         lambda k: k.startswith(prefix))
     return [
@@ -145,7 +151,7 @@ def checked_records(out: DataFrame, *, spec: str, expected: StructType, source_n
     """The transform's output as Kafka sink records, after the checks of the module doc."""
     _check_schema(out, expected, spec)
     rel = F.col(RELAY_COLUMN)
-    rows = out.select(
+    rows = out.withColumn(_HERE, _position()).select(
         "id", "topic", "key", "headers", "created_at", RELAY_COLUMN,
         _fail_if(_row_problems(header_prefix), spec, F.col("value")).alias("value"),
         counter.counted(rel.pos).alias(_POS),
@@ -154,9 +160,9 @@ def checked_records(out: DataFrame, *, spec: str, expected: StructType, source_n
     last = F.concat(F.lit("the "), rel.after.cast("string"),
                     F.lit(" row(s) that followed id "), F.col("id").cast("string"),
                     F.lit(" in its task are missing: rows were dropped"))
-    ended = rows.sortWithinPartitions(F.col(_POS).desc()).select(
+    ended = rows.sortWithinPartitions(F.col(_POS).desc()).withColumn(_HERE, _position()).select(
         "id", "key", "headers", RELAY_COLUMN, _POS,
-        _fail_if([((_position() == 0) & (rel.after != 0), last)], spec,
+        _fail_if([((F.col(_HERE) == 0) & (rel.after != 0), last)], spec,
                  F.col("value")).alias("value"),
     )
     user = F.when(F.col("headers").isNull(), F.array()).otherwise(user_headers(F.col("headers")))

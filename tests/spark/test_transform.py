@@ -95,14 +95,19 @@ def test_a_changed_key_keeps_the_partition_of_the_original_bytes(
 
 
 @pytest.mark.parametrize(("fn", "marked", "needle"), [
-    (tt.drop_marked, {3: b"drop-me"}, "dropped, duplicated or reordered"),
-    (tt.drop_marked, {4: b"drop-me"}, "are missing: rows were dropped"),  # the last row
-    (tt.duplicate_marked, {2: b"dup-me"}, "dropped, duplicated or reordered"),
-    (tt.duplicate_marked, {4: b"dup-me"}, "dropped, duplicated or reordered"),
-    (tt.reorder_marked, {2: b"swap-me"}, "dropped, duplicated or reordered"),
+    (tt.drop_marked, {3: b"drop-me"},
+     "row id 4 was read at position 3 of its task and came back at 2: a row was dropped"),
+    (tt.drop_marked, {4: b"drop-me"},  # the last row of the first task
+     r"the 1 row\(s\) that followed id 3 in its task are missing"),
+    (tt.duplicate_marked, {2: b"dup-me"}, "row id 2 was read at position 1 of its task and "
+                                          "came back at 2"),
+    (tt.duplicate_marked, {4: b"dup-me"}, "row id 4 was read at position 3 of its task and "
+                                          "came back at 4"),
+    (tt.reorder_marked, {2: b"swap-me"}, "row id 3 was read at position 2 of its task and "
+                                         "came back at 1"),
     (tt.repartition, {}, "moved from task|dropped, duplicated or reordered"),
-    (tt.shift_ids, {}, "came back as"),
-    (tt.forge_reserved_header, {}, "the reserved headers are the relay's"),
+    (tt.shift_ids, {}, r"id [15] came back as 100[15]"),
+    (tt.forge_reserved_header, {}, "has a header named outbox-relay.*: the reserved headers"),
 ])
 def test_a_broken_contract_fails_the_task_naming_the_transform(
     spark: SparkSession, fn: Transform, marked: dict[int, bytes], needle: str
