@@ -14,7 +14,7 @@ from relay.config_load import load_config
 from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import discover
-from relay.errors import ConfigError, RelayError, TransformError, exit_code_of
+from relay.errors import ConfigError, RelayError, exit_code_of
 from relay.spark_jars import (
     cached_jars,
     has_relay_jars,
@@ -69,8 +69,8 @@ def check_transforms(config: Config) -> None:
         if rule.transform is not None:
             try:
                 load_transform(rule.transform)
-            except TransformError as exc:
-                raise TransformError(f"relay.topic_rules.{i}.transform: {exc}") from None
+            except ConfigError as exc:
+                raise ConfigError(f"relay.topic_rules.{i}.transform: {exc}") from None
 
 
 def resubmit_with_jars_if_needed(config: Config) -> int | None:

@@ -20,11 +20,6 @@ class ConfigError(RelayError):
     exit_code = ExitCode.USAGE
 
 
-class TransformError(ConfigError):
-    """A topic rule's transform cannot be loaded, or broke its contract (the message
-    names the transform and the topic)."""
-
-
 class UnreachableError(RelayError):
     """A service (PostgreSQL or Kafka) cannot be reached; the message names which."""
 

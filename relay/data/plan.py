@@ -19,7 +19,7 @@ from relay.config import Config
 from relay.data.read import read_current_batch
 from relay.data.records import in_key_order, to_kafka_records
 from relay.data.transform import RowCounter, checked_records, load_transform, transform_input
-from relay.errors import TransformError
+from relay.errors import ConfigError
 from relay.stream.policy import rule_for
 
 IdRange = tuple[int, int]
@@ -107,7 +107,7 @@ class RecordPlan:
             transform_input, partitioner=settings.partitioner, partition_counts=self._counts)
         out = load_transform(spec)(given)
         if not isinstance(out, DataFrame):
-            raise TransformError(f"transform {spec} returned {type(out).__name__}, "
+            raise ConfigError(f"transform {spec} returned {type(out).__name__}, "
                                  "not a DataFrame")
         return checked_records(out, spec=spec, expected=given.schema,
                                source_name=settings.source_name,

@@ -39,7 +39,7 @@ from relay.data.records import (
     reserved_headers,
     user_headers,
 )
-from relay.errors import TransformError
+from relay.errors import ConfigError
 
 Transform = Callable[[DataFrame], DataFrame]
 RELAY_COLUMN = "_relay"
@@ -50,17 +50,17 @@ _HERE = "_relay_here"
 
 
 def load_transform(spec: str) -> Transform:
-    """The function `spec` ("package.module:function") names; TransformError if it
+    """The function `spec` ("package.module:function") names; ConfigError if it
     cannot be imported or is not callable."""
     module_name, _, name = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # any import failure: the message says which and why
-        raise TransformError(f"transform {spec}: cannot import {module_name}: "
+        raise ConfigError(f"transform {spec}: cannot import {module_name}: "
                              f"{type(exc).__name__}: {exc}") from None
     fn = getattr(module, name, None)
     if fn is None or not callable(fn):
-        raise TransformError(f"transform {spec}: {module_name} has no function {name}")
+        raise ConfigError(f"transform {spec}: {module_name} has no function {name}")
     return fn
 
 
@@ -104,7 +104,7 @@ def _check_schema(out: DataFrame, expected: StructType, spec: str) -> None:
     got = {f.name: f.dataType.simpleString() for f in out.schema.fields}
     want = {f.name: f.dataType.simpleString() for f in expected.fields}
     if got != want or len(out.columns) != len(got):
-        raise TransformError(
+        raise ConfigError(
             f"transform {spec} must return the columns it received, with their types: "
             f"{expected.simpleString()}; it returned {out.schema.simpleString()}")
 
@@ -200,6 +200,6 @@ class RowCounter:
     def verify(self, expected: int, what: str) -> None:
         got = self._acc.value
         if got != expected:
-            raise TransformError(
+            raise ConfigError(
                 f"{what}: {got} row(s) came out of the transform, {expected} were claimed: "
                 "a transform dropped every row of a task (nothing of that task was sent)")

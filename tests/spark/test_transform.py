@@ -15,7 +15,7 @@ from relay.data.transform import (
     checked_records,
     transform_input,
 )
-from relay.errors import TransformError
+from relay.errors import ConfigError
 from tests.integration import transforms_for_tests as tt
 
 pytestmark = pytest.mark.spark
@@ -124,10 +124,10 @@ def test_a_task_emptied_by_the_transform_fails_the_count(spark: SparkSession) ->
     counter.reset()
     assert out.collect() == []
     claimed = r"0 row\(s\) came out of the transform, 8 were claimed"
-    with pytest.raises(TransformError, match=claimed):
+    with pytest.raises(ConfigError, match=claimed):
         counter.verify(8, "transform tests:drop_everything (t)")
 
 
 def test_a_transform_that_loses_the_relay_column_is_refused(spark: SparkSession) -> None:
-    with pytest.raises(TransformError, match="must return the columns it received"):
+    with pytest.raises(ConfigError, match="must return the columns it received"):
         _run(spark, _claimed(spark, _rows(2)), tt.lose_relay_column)
