@@ -6,12 +6,14 @@ from __future__ import annotations
 import base64
 import json
 import random
+import re
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from relay.data.partitioning import partition_for
+from relay.data.plan import RecordPlan
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_LEFT_OVER, EXIT_OK
 from tests.integration import transforms_for_tests as tt
@@ -167,3 +169,37 @@ def test_a_transform_that_breaks_its_contract_fails_the_batch_and_deletes_nothin
     assert {r.outbox_id for r in got} == {ids[8]}, "the other topic flows"
     assert query(migrated_url, "SELECT count(*) FROM kafka_messages WHERE topic = %s",
                  (fine,)) == [(0,)]
+
+
+def _physical(df: DataFrame) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def test_topics_without_a_transform_keep_their_plan_and_are_read_once(
+    make_config: ConfigFactory, spark: SparkSession,
+) -> None:
+    """Plans only (nothing runs): the cost of transforms where none applies is nil, and a
+    mixed batch reads each row once, in one JDBC query per branch filtered by topic."""
+    rules = [{"match": "tx-secret-.*", "transform": f"{MODULE}:encrypt_secret"}]
+    counts = {"orders": 3, "tx-secret-a": 5, "tx-secret-b": 2}
+    bare = RecordPlan(spark, make_config(), "token-a")
+    ruled = RecordPlan(spark, make_config(relay={"topic_rules": rules}), "token-a")
+    plain_only = {"orders": 3}
+
+    def shape(df: DataFrame) -> str:
+        return re.sub(r"#\d+L?|\[B@\w+", "", _physical(df))
+
+    plain = ruled.records(plain_only)
+    assert shape(plain) == shape(bare.records(plain_only)), "the plan of today, unchanged"
+    assert plain is ruled.records(plain_only), "built once per session"
+    for word in ("ArrowEvalPython", "DESC", "Union"):
+        assert word not in _physical(plain)
+    assert _physical(plain).count("Scan JDBC") == 1
+
+    mixed = _physical(ruled.records(counts))
+    assert mixed.count("Scan JDBC") == 2, "one query per branch, not one per topic"
+    assert mixed.count("ArrowEvalPython") == 1
+    assert "PushedFilters: [*Not(In(topic, [tx-secret-a,tx-secret-b]))]" in mixed
+    assert "PushedFilters: [*In(topic, [tx-secret-a,tx-secret-b])]" in mixed
+    only = _physical(ruled.records({"tx-secret-a": 5}))
+    assert only.count("Scan JDBC") == 1 and "Union" not in only
