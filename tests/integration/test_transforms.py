@@ -130,6 +130,8 @@ BROKEN = [
     ("duplicate_marked", "dup-me", 2, "dropped, duplicated or reordered"),
     ("reorder_marked", "swap-me", 1, "dropped, duplicated or reordered"),
     ("drop_everything", "-", 0, "came out of the transform, 8 were claimed"),
+    ("lose_relay_column", "-", 0, "must return the columns it received"),
+    ("not_a_dataframe", "-", 0, "returned str, not a DataFrame"),
 ]
 
 
