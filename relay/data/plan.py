@@ -34,9 +34,14 @@ class RecordPlan:
         # Whole-batch plans by (plain topics present, transforms present).
         self._plans: dict[tuple[bool, frozenset[str]], DataFrame] = {}
         self._counter: RowCounter | None = None
+        # The rules never change in a session; every write asks for each of its topics.
+        self._transform_of: dict[str, str | None] = {}
 
     def transform_of(self, topic: str) -> str | None:
-        return rule_for(self._config.relay.topic_rules, topic).transform
+        if topic not in self._transform_of:
+            rule = rule_for(self._config.relay.topic_rules, topic)
+            self._transform_of[topic] = rule.transform
+        return self._transform_of[topic]
 
     def records(self, counts: Mapping[str, int], topics: Collection[str] | None = None,
                 ids: IdRange | None = None) -> DataFrame:
