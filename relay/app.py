@@ -68,6 +68,20 @@ def preflight(config: Config) -> None:
     if row is None or row["version"] < latest:
         raise ConfigError("the database schema is behind: run `outbox-relay migrate`")
     KafkaAdmin(config.kafka).check_reachable()
+    check_transforms(config)
+
+
+def check_transforms(config: Config) -> None:
+    """Every transform a topic rule names imports and is callable (its contract is
+    checked on the executors, relay.data.transform)."""
+    from relay.data.transform import load_transform
+
+    for i, rule in enumerate(config.relay.topic_rules):
+        if rule.transform is not None:
+            try:
+                load_transform(rule.transform)
+            except ConfigError as exc:
+                raise ConfigError(f"relay.topic_rules.{i}.transform: {exc}") from None
 
 
 def resubmit_with_jars_if_needed(config: Config) -> int | None:

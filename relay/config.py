@@ -23,6 +23,7 @@ from relay.config_checks import (
     at_most_bytes,
     check_lock_timeouts,
     check_regex,
+    check_transform_spec,
     keep_delivery_guarantees,
     resolve_env_ref,
 )
@@ -135,11 +136,18 @@ class TopicRule(_Model):
     match: str
     compact: bool = False
     policy: Literal["block", "park"] = "block"
+    # "package.module:function", a DataFrame -> DataFrame function (relay.data.transform).
+    transform: str | None = None
 
     @field_validator("match")
     @classmethod
     def _valid_regex(cls, value: str) -> str:
         return check_regex(value)
+
+    @field_validator("transform")
+    @classmethod
+    def _valid_transform(cls, value: str | None) -> str | None:
+        return None if value is None else check_transform_spec(value)
 
 
 # Both travel in every record's reserved headers, which the size check must count: capped,

@@ -91,3 +91,14 @@ def resolve_env_ref(key: str, value: str) -> str:
     if name not in os.environ:
         raise ValueError(f"{key} names environment variable {name}, which is not set")
     return os.environ[name]
+
+
+# What `transform = "package.module:function"` may look like: dotted identifiers, a colon,
+# one identifier. Importing it is the relay's start-up check (relay.app.preflight).
+_TRANSFORM_SPEC = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def check_transform_spec(value: str) -> str:
+    if not _TRANSFORM_SPEC.fullmatch(value):
+        raise ValueError(f"{value!r} is not of the form package.module:function")
+    return value

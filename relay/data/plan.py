@@ -3,11 +3,13 @@
 Building and analysing it (the murmur2 expression most) took longer than writing a
 1,000-row batch (bench/, W2); the read names no batch (relay.data.read), so one
 analysed DataFrame sends every batch. It is built again only when a topic's partition
-count is new or changed, since the counts are part of the plan.
+count is new or changed, since the counts are part of the plan. Topics whose rule names
+a transform go through relay.data.transform, in branches of their own.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
@@ -16,6 +18,9 @@ from pyspark.sql import functions as F
 from relay.config import Config
 from relay.data.read import read_current_batch
 from relay.data.records import in_key_order, to_kafka_records
+from relay.data.transform import RowCounter, checked_records, load_transform, transform_input
+from relay.errors import ConfigError
+from relay.stream.policy import rule_for
 
 IdRange = tuple[int, int]
 
@@ -26,26 +31,65 @@ class RecordPlan:
         self._config = config
         self._token = token
         self._counts: dict[str, int] = {}
-        self._whole: DataFrame | None = None
+        # Whole-batch plans by (plain topics present, transforms present).
+        self._plans: dict[tuple[bool, frozenset[str]], DataFrame] = {}
+        self._counter: RowCounter | None = None
+        # The rules never change in a session; every write asks for each of its topics.
+        self._transform_of: dict[str, str | None] = {}
+
+    def transform_of(self, topic: str) -> str | None:
+        if topic not in self._transform_of:
+            rule = rule_for(self._config.relay.topic_rules, topic)
+            self._transform_of[topic] = rule.transform
+        return self._transform_of[topic]
 
     def records(self, counts: Mapping[str, int], topics: Collection[str] | None = None,
                 ids: IdRange | None = None) -> DataFrame:
         """The records of this relay's current batch: all of them, or (bisection and
-        isolation, whose plans serve one write) only those of `topics` with ids in `ids`."""
+        isolation, whose plans serve one write) only those of `topics` with ids in `ids`.
+
+        A batch without a transformed topic gets the plan it always had: no second read,
+        no sort, no Python worker. With one, each transform has a branch of its own, read
+        by a JDBC query of its own that PostgreSQL filters by topic, so every row crosses
+        the wire once (README, "Transforms")."""
         if any(self._counts.get(t) != n for t, n in counts.items()):
             # Topics seen before stay in the map: a batch without them still reuses the plan.
             self._counts = {**self._counts, **counts}
-            self._whole = None
+            self._plans.clear()
+        batch = list(counts if topics is None else topics)
+        specs = frozenset(s for t in batch if (s := self.transform_of(t)) is not None)
+        plain = any(self.transform_of(t) is None for t in batch) or not specs
         if topics is None and ids is None:
-            if self._whole is None:
-                self._whole = self._to_records(self._claimed())
-            return self._whole
+            key = (plain, specs)
+            if key not in self._plans:
+                self._plans[key] = self._build(self._claimed(), plain, specs)
+            return self._plans[key]
         claimed = self._claimed()
         if topics is not None:
             claimed = claimed.where(F.col("topic").isin(sorted(topics)))
         if ids is not None:
             claimed = claimed.where(F.col("id").between(ids[0], ids[1]))
-        return self._to_records(claimed)
+        return self._build(claimed, plain, specs)
+
+    @property
+    def counter(self) -> RowCounter:
+        if self._counter is None:
+            self._counter = RowCounter(self._spark)
+        return self._counter
+
+    def _build(self, claimed: DataFrame, plain: bool, specs: frozenset[str]) -> DataFrame:
+        if not specs:
+            return self._to_records(claimed)
+        by_spec: dict[str, list[str]] = {}
+        for topic in sorted(self._counts):
+            if (spec := self.transform_of(topic)) is not None:
+                by_spec.setdefault(spec, []).append(topic)
+        transformed = sorted(t for ts in by_spec.values() for t in ts)
+        parts = [self._transformed(claimed.where(F.col("topic").isin(by_spec[s])), s)
+                 for s in sorted(specs)]
+        if plain:
+            parts.insert(0, self._to_records(claimed.where(~F.col("topic").isin(transformed))))
+        return functools.reduce(DataFrame.union, parts)
 
     def _claimed(self) -> DataFrame:
         cfg = self._config
@@ -61,3 +105,15 @@ class RecordPlan:
             partitioner=settings.partitioner,
             partition_counts=self._counts,
         )
+
+    def _transformed(self, claimed: DataFrame, spec: str) -> DataFrame:
+        settings = self._config.relay
+        given = claimed.transform(in_key_order).transform(
+            transform_input, partitioner=settings.partitioner, partition_counts=self._counts)
+        out = load_transform(spec)(given)
+        if not isinstance(out, DataFrame):
+            raise ConfigError(f"transform {spec} returned {type(out).__name__}, "
+                                 "not a DataFrame")
+        return checked_records(out, spec=spec, expected=given.schema,
+                               source_name=settings.source_name,
+                               header_prefix=settings.header_prefix, counter=self.counter)

@@ -12,6 +12,7 @@ from relay.data.partitioning import Partitioner, partition_col, partitioning_key
 from relay.headers import HEADER_CREATED_AT, HEADER_ID, HEADER_SOURCE
 
 KAFKA_RECORD_COLUMNS = ("topic", "key", "value", "headers", "partition")
+USER_HEADERS_TYPE = "map<string,string>"
 
 
 def _header(name: str | Column, value: Column) -> Column:
@@ -31,17 +32,26 @@ def _iso_utc(created_at: Column) -> Column:
                     F.lit("Z"))
 
 
-def _headers(source_name: str, prefix: str) -> Column:
-    reserved = F.array(
-        _header(prefix + HEADER_ID, F.col("id").cast("string")),
+def reserved_headers(source_name: str, prefix: str, outbox_id: Column,
+                     created_at: Column) -> Column:
+    """The reserved headers (relay.headers) of a record: built by the relay, never by a
+    transform, so a consumer can trust them."""
+    return F.array(
+        _header(prefix + HEADER_ID, outbox_id.cast("string")),
         _header(prefix + HEADER_SOURCE, F.lit(source_name)),
-        _header(prefix + HEADER_CREATED_AT, _iso_utc(F.col("created_at"))),
+        _header(prefix + HEADER_CREATED_AT, _iso_utc(created_at)),
     )
+
+
+def user_headers(headers: Column) -> Column:
+    """A map<string,string> of user headers as the sink's array of (key, binary value)."""
+    return F.transform(F.map_entries(headers), lambda e: _header(e["key"], e["value"]))
+
+
+def _headers(source_name: str, prefix: str) -> Column:
+    reserved = reserved_headers(source_name, prefix, F.col("id"), F.col("created_at"))
     # The claim already refused non-object headers, non-string values and reserved names.
-    user = F.transform(
-        F.map_entries(F.from_json(F.col("headers"), "map<string,string>")),
-        lambda e: _header(e["key"], e["value"]),
-    )
+    user = user_headers(F.from_json(F.col("headers"), USER_HEADERS_TYPE))
     return F.when(F.col("headers").isNull(), reserved).otherwise(F.concat(reserved, user))
 
 
@@ -53,12 +63,18 @@ def _partition(partitioner: Partitioner, partition_counts: Mapping[str, int]) ->
     """
     if not partition_counts:
         return F.lit(None).cast("int")
-    counts = F.create_map(*[F.lit(x) for kv in sorted(partition_counts.items()) for x in kv])
-    n = F.element_at(counts, F.col("topic"))
-    explicit = partition_col(partitioner, partitioning_key_col(), n)
+    explicit = original_partition(partitioner, partition_counts)
     if partitioner == "murmur2":
         return F.when(F.col("partition_key").isNotNull(), explicit).cast("int")
     return explicit
+
+
+def original_partition(partitioner: Partitioner, partition_counts: Mapping[str, int]) -> Column:
+    """The partition of each row's partitioning bytes, whichever column they came from;
+    null for a keyless row (no bytes), or a topic whose partition count is not known."""
+    counts = F.create_map(*[F.lit(x) for kv in sorted(partition_counts.items()) for x in kv])
+    n = F.element_at(counts, F.col("topic"))
+    return partition_col(partitioner, partitioning_key_col(), n)
 
 
 def to_kafka_records(

@@ -50,6 +50,8 @@ class Delivery:
         self._named: set[str] = set()  # the topics the last failed write named
         self._plan = RecordPlan(relay.spark, relay.config, relay.token)
         self._batch_topics: frozenset[str] = frozenset()  # those of the batch being sent
+        self._sessions: list[Claim] = []  # the sessions of the batch being sent
+        self._isolating: dict[str, list[int]] = {}  # topic -> its ids, while isolating
 
     def lock_lost(self, topics: set[str]) -> None:
         """Thread-safe: `topics` are no longer ours. Nothing more is sent for them in
@@ -119,6 +121,7 @@ class Delivery:
     def _deliver(self, batch_id: int, sessions: list[Claim], counts: dict[str, int]) -> Outcome:
         topics = sorted(c.topic for c in sessions)
         self._batch_topics = frozenset(topics)
+        self._sessions, self._isolating = list(sessions), {}
         failure = self._try(counts, topics)
         if failure is None:
             return Outcome(acknowledged=list(sessions))
@@ -152,6 +155,7 @@ class Delivery:
                  outcome: Outcome) -> None:
         assert claim.session_id is not None
         ids = self.relay.claims.sent_ids(claim.session_id)
+        self._isolating[claim.topic] = ids
         result = isolate(
             ids, reason, lambda a, b: self._try(counts, [claim.topic], (a, b))
         )
@@ -200,4 +204,23 @@ class Delivery:
         whole = ids is None and frozenset(topics) == self._batch_topics
         records = (self._plan.records(counts) if whole
                    else self._plan.records(counts, topics, ids))
+        transformed = sorted(t for t in topics if self._plan.transform_of(t) is not None)
+        if transformed:
+            self._plan.counter.reset()
         write_records(records, self.relay.config.kafka)
+        if transformed:
+            specs = sorted({f"{self._plan.transform_of(t)} ({t})" for t in transformed})
+            self._plan.counter.verify(self._claimed_rows(transformed, ids),
+                                      f"transform {', '.join(specs)}")
+
+    def _claimed_rows(self, topics: list[str], ids: IdRange | None) -> int:
+        """How many rows of `topics` the write of `ids` (all when None) holds."""
+        total = 0
+        for c in self._sessions:
+            if c.topic not in topics:
+                continue
+            if ids is None:
+                total += c.rows - c.compacted
+            else:
+                total += sum(ids[0] <= i <= ids[1] for i in self._isolating.get(c.topic, []))
+        return total
