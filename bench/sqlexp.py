@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.backlog import Backlog, load
 from bench.env import BenchEnv, connect
-from relay.control import claims, locks
+from relay.control import claims, finish, locks
 
 TOKEN = "bench-sql"
 PREFIX = "outbox-relay."
@@ -163,7 +163,7 @@ def run_variant(url: str, backlog: Backlog, limit: int, claim_sql: str, finish_s
                 ms, plan = _explain(cur, finish_sql, {
                     "sessions": [r[0] for r in sessions], "owned": topics, "token": TOKEN,
                     "source": "bench"})
-                cur.execute(claims.ABANDON_OWN_SESSIONS, (topics, TOKEN))
+                cur.execute(finish.ABANDON_OWN_SESSIONS, (topics, TOKEN))
                 cur.execute(locks.RELEASE, (topics, TOKEN))
                 conn.commit()
                 steps.append(Step("finish", ms, claimed, _first_buffers(plan), plan))
@@ -188,10 +188,10 @@ def compare(env: BenchEnv, rows: int, n_topics: int, keys: int, limit: int,
             shape: str) -> list[VariantRun]:
     """The current and the proposed statements, each on a fresh copy of one backlog."""
     variants: list[tuple[str, str | None, str | None, str | None]] = [
-        ("current claim + finish", claims.CLAIM, claims.FINISH_SESSIONS, None),
-        ("one-pass claim (proposed) + finish", proposed_claim(), claims.FINISH_SESSIONS, None),
+        ("current claim + finish", claims.CLAIM, finish.FINISH_SESSIONS, None),
+        ("one-pass claim (proposed) + finish", proposed_claim(), finish.FINISH_SESSIONS, None),
         ("one-pass claim (proposed) + finish, work_mem 64MB", proposed_claim(),
-         claims.FINISH_SESSIONS, "64MB"),
+         finish.FINISH_SESSIONS, "64MB"),
     ]
     results = []
     for i, (name, claim_sql, finish_sql, work_mem) in enumerate(variants):

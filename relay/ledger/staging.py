@@ -1,4 +1,4 @@
-"""Control-plane SQL of the ledger's staging table (rows are written by claims.finish)."""
+"""Control-plane SQL of the ledger's staging table (rows are written by relay.control.finish)."""
 
 from __future__ import annotations
 

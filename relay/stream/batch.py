@@ -24,7 +24,8 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from relay import failpoints
-from relay.control.claims import Claim, TopicLimits, finish
+from relay.control.claims import Claim, TopicLimits
+from relay.control.finish import finish
 from relay.control.parking import Parking
 from relay.control.pending import TopicFilter, pending_topics, relays_polling
 from relay.errors import DatabaseUnavailableError, UnreachableError

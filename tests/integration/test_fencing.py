@@ -13,8 +13,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from relay.config import Config
-from relay.control.claims import Claims, TopicLimits, finish
+from relay.control.claims import Claims, TopicLimits
 from relay.control.db import Database
+from relay.control.finish import finish
 from relay.control.locks import Backoff, TopicLocks
 from relay.control.parking import Parking
 from relay.stack import StackInfo

@@ -1,6 +1,6 @@
 """The Delta ledger never loses a staged record: concurrent copiers, shared paths, dead backends.
 
-Records are staged the way claims.finish stages them (rows in relay_ledger_staging); what
+Records are staged the way relay.control.finish stages them (rows in relay_ledger_staging); what
 Delta holds is read back from the Delta table on disk.
 """
 
