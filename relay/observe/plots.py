@@ -41,16 +41,23 @@ def _label(text: str, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def backlog(data: Mapping[str, Any]) -> Figure:
+def _bars(data: Mapping[str, Any], value: str, flag: str,
+          other_note: str) -> tuple[list[str], list[Any], list[bool]]:
+    """Labels, values and flags of a per-topic bar chart, `other` as its last bar."""
     rows = list(data["topics"])
-    other = data.get("other")
     labels = [_label(r["topic"]) for r in rows]
-    values = [r["backlog"] for r in rows]
-    exact = [r["exact"] for r in rows]
+    values = [r[value] for r in rows]
+    flags = [bool(r[flag]) for r in rows]
+    other = data.get("other")
     if other:
-        labels.append(f"{OTHER_LABEL} ({other['topics']} topics)")
-        values.append(other["backlog"])
-        exact.append(other["exact"])
+        labels.append(f"{OTHER_LABEL} ({other['topics']} {other_note})")
+        values.append(other[value])
+        flags.append(bool(other[flag]))
+    return labels, values, flags
+
+
+def backlog(data: Mapping[str, Any]) -> Figure:
+    labels, values, exact = _bars(data, "backlog", "exact", "topics")
     fig = _figure(len(values))
     if not values:
         return _empty(fig, data["title"], "no messages waiting")
@@ -74,15 +81,7 @@ def backlog(data: Mapping[str, Any]) -> Figure:
 
 
 def oldest_age(data: Mapping[str, Any]) -> Figure:
-    rows = list(data["topics"])
-    other = data.get("other")
-    labels = [_label(r["topic"]) for r in rows]
-    ages = [r["oldest_age_s"] for r in rows]
-    over = [r["over"] for r in rows]
-    if other:
-        labels.append(f"{OTHER_LABEL} ({other['topics']} topics, oldest)")
-        ages.append(other["oldest_age_s"])
-        over.append(bool(other["over"]))
+    labels, ages, over = _bars(data, "oldest_age_s", "over", "topics, oldest")
     fig = _figure(len(ages))
     if not ages:
         return _empty(fig, data["title"], "no messages waiting")
