@@ -74,10 +74,20 @@ REMOVE_BATCH = f"""
 DELETE FROM relay_ledger_staging WHERE copy_batch = %(batch)s AND {_HOLDS_COPY_LOCK}
 """
 
+# The staged records of a message, of one topic or (topic NULL) of any. The span
+# condition is what finds them through an index when the topic is not given (0013);
+# `= ANY(ids)` is the exact test. Columns that newer schemas add to a record (who acted
+# on it, its partition) come through the row's JSON, so an older schema answers too.
 STAGED_FOR = """
-SELECT session_id::text, topic, outcome, source, relayed_at
-FROM relay_ledger_staging
-WHERE topic = %s AND %s = ANY(ids)
+SELECT s.session_id::text AS session_id, s.topic, s.outcome, s.source, s.relayed_at,
+       to_jsonb(s) ->> 'actor' AS actor,
+       jsonb_typeof(to_jsonb(s) -> 'partition') IN ('number', 'null') AS has_partition,
+       CASE jsonb_typeof(to_jsonb(s) -> 'partition')
+            WHEN 'number' THEN (to_jsonb(s) ->> 'partition')::int END AS partition
+FROM relay_ledger_staging AS s
+WHERE relay_id_span(s.ids) @> %(id)s::bigint AND %(id)s::bigint = ANY(s.ids)
+  AND (%(topic)s::varchar IS NULL OR s.topic = %(topic)s::varchar)
+ORDER BY s.relayed_at, s.seq
 """
 
 
@@ -139,5 +149,6 @@ def remove_batch(db: Database, backend: int, copy_batch: int) -> None:
         ensure_copy_lock(db, backend)
 
 
-def staged_for(db: Database, topic: str, message_id: int) -> list[dict[str, object]]:
-    return db.all(STAGED_FOR, (topic, message_id))
+def staged_for(db: Database, topic: str | None, message_id: int) -> list[dict[str, object]]:
+    """The staged records of a message: of `topic`, or of every topic when it is None."""
+    return db.all(STAGED_FOR, {"id": message_id, "topic": topic})
