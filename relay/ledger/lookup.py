@@ -82,28 +82,37 @@ def open_table(path: str, storage_options: Mapping[str, str] | None = None) -> D
         raise RelayError(f"cannot read the Delta ledger at {path}: {exc}") from None
 
 
+# DataFusion SQL through deltalake's QueryBuilder: it reads what delta-spark writes
+# (deletion vectors and column mapping included, which deltalake's pyarrow datasets
+# refuse) and prunes files on message_id's statistics. It takes no bound parameters, so
+# the one value in the text is an integer formatted as one (`:d` cannot carry SQL);
+# strings (topic, origin) are compared in Python on the few rows of that id.
+DELTA_ROWS = "SELECT {columns} FROM ledger WHERE message_id = {message_id:d}"
+
+
 def delta_records(
     table: DeltaTable, message_id: int, topic: str | None, origin: str
 ) -> list[LedgerRecord]:
     """The message's rows in Delta that this outbox wrote (or that predate `origin`)."""
-    import pyarrow.dataset as ds
-    from deltalake.exceptions import DeltaProtocolError
+    from deltalake import QueryBuilder
+    from deltalake.exceptions import DeltaError
 
     names = {f.name for f in table.schema().fields}
-    pruning: list[tuple[str, str, Any]] = [("message_id", "=", message_id)]
-    rows = ds.field("message_id") == message_id
-    if topic is not None:
-        pruning.append(("topic", "=", topic))
-        rows = rows & (ds.field("topic") == topic)
-    if "origin" in names:  # rows from before `origin` can't be told apart
-        rows = rows & (ds.field("origin").is_null() | (ds.field("origin") == origin))
-    columns = [c for c in (*BASE_COLUMNS, *OPTIONAL_COLUMNS) if c in names]
+    columns = [c for c in (*BASE_COLUMNS, *OPTIONAL_COLUMNS, "origin") if c in names]
+    statement = DELTA_ROWS.format(
+        columns=", ".join(f'"{c}"' for c in columns), message_id=int(message_id)
+    )
     try:
-        dataset = table.to_pyarrow_dataset(file_pruning_predicate=pruning)
-    except DeltaProtocolError as exc:
-        raise RelayError(f"the Delta ledger uses a feature deltalake cannot read: {exc}") from None
-    found = dataset.to_table(columns=columns, filter=rows).to_pylist()
-    return [_record(r, "delta", "partition" in names) for r in found]
+        found = QueryBuilder().register("ledger", table).execute(statement).read_all()
+    except DeltaError as exc:
+        raise RelayError(f"cannot read the Delta ledger: {exc}") from None
+    values = {c: found.column(c).to_pylist() for c in columns}
+    rows = [{c: values[c][i] for c in columns} for i in range(found.num_rows)]
+    return [
+        _record(r, "delta", "partition" in names)
+        for r in rows
+        if (topic is None or r["topic"] == topic) and r.get("origin") in (None, origin)
+    ]
 
 
 def staged_records(db: Database, message_id: int, topic: str | None) -> list[LedgerRecord]:
