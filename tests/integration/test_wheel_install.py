@@ -46,7 +46,7 @@ from tests.integration.process import write_profile
 
 pytestmark = pytest.mark.integration
 
-BASE = {"confluent-kafka", "psycopg2-binary", "pydantic"}
+BASE = {"confluent-kafka", "deltalake", "psycopg2-binary", "pydantic"}
 MESSAGES = 60
 # What a runtime ships; pip must leave every one of them as it found it.
 RUNTIME = (f"pyspark=={SPARK_VERSION}", f"delta-spark=={DELTA_VERSION}",
