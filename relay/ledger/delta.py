@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -23,6 +21,7 @@ from relay.control.db import Database
 from relay.data.read import jdbc_options
 from relay.errors import DatabaseUnavailableError, RelayError
 from relay.ledger import staging
+from relay.ledger.lookup import LedgerRecord, lookup
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +74,6 @@ def missing_rows(expected: Mapping[SessionRecord, int], held: Mapping[SessionRec
     shuffled the whole batch twice (bench/, W1: most of the copy's time).
     """
     return sum(max(0, n - held.get(record, 0)) for record, n in expected.items())
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    topic: str
-    message_id: int
-    outcome: str
-    session_id: str
-    source: str
-    relayed_at: Any
-    where: str  # "delta" or "staging"
 
 
 class Ledger:
@@ -189,44 +177,10 @@ class Ledger:
     def _before_write(self, copy_batch: int) -> None:
         """A seam for tests: the moment between tagging a copy batch and writing it."""
 
-    def lookup(self, topic: str, message_id: int) -> list[LedgerEntry]:
-        """Every record of the message: in Delta, and staged but not yet copied."""
-        found = [
-            LedgerEntry(
-                topic=topic,
-                message_id=message_id,
-                outcome=r["outcome"],
-                session_id=r["session_id"],
-                source=r["source"],
-                relayed_at=r["relayed_at"],
-                where="delta",
-            )
-            for r in self._delta_rows(topic, message_id)
-        ]
-        found += [
-            LedgerEntry(
-                topic,
-                message_id,
-                str(r["outcome"]),
-                str(r["session_id"]),
-                str(r["source"]),
-                r["relayed_at"],
-                "staging",
-            )
-            for r in staging.staged_for(self.db, topic, message_id)
-        ]
-        return found
-
-    def _delta_rows(self, topic: str, message_id: int) -> list[Any]:
-        if not self.exists():
-            return []
-        table = self.table()
-        found = table.where(
-            (F.col("topic") == F.lit(topic)) & (F.col("message_id") == F.lit(message_id))
-        )
-        if "origin" in table.columns:  # rows from before `origin` can't be told apart
-            found = found.where(F.col("origin").isNull() | (F.col("origin") == self.origin))
-        return found.collect()
+    def lookup(self, topic: str, message_id: int) -> list[LedgerRecord]:
+        """Every record of the message, in Delta and staged: relay.ledger.lookup's answer,
+        which `ledger show` gives too (it reads Delta without Spark)."""
+        return lookup(self.db, self.path, message_id, topic)
 
     def exists(self) -> bool:
         from delta.tables import DeltaTable
