@@ -61,7 +61,7 @@ def expected_partition(records_partitions: bool, msg: Msg, got: Received) -> str
         return "partition unknown"
     if partitioning_bytes(msg.partition_key, msg.key) is None:
         return "partition chosen by the producer"
-    return f"partition {got.partition},"
+    return f"partition {got.partition} ("
 
 
 def check_lines(profile: Path, tmp: Path, written: dict[int, Msg], got: dict[int, Received],
@@ -200,3 +200,43 @@ def test_the_reader_reads_the_features_delta_spark_can_give_a_ledger(
     assert delta_records(table, 500, None, "o") == []
     kept = spark.read.format("delta").load(path).where("message_id = 500").count()
     assert kept == 0
+
+
+STAGE = """
+INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source)
+VALUES (gen_random_uuid(), %s, %s, %s, 'relay-a') RETURNING seq
+"""
+
+
+def test_staged_records_show_partition_and_actor_once_the_schema_has_them(
+    make_config: ConfigFactory, migrated_url: str, tmp_path: Path,
+) -> None:
+    """A staging table without `partition` and `actor` (today's) says the partition is
+    unknown; once they exist, a keyed record names its partition, a keyless one says
+    the producer chose, and a skipped one names who skipped it."""
+    topic = unique("staged.cols")
+    profile = write_profile(make_config(), tmp_path / "p.toml")
+    query(migrated_url, STAGE, (topic, "published", [1, 2]))
+
+    def line(message_id: int) -> str:
+        done = outbox_cli(profile, tmp_path / "watch.json", "ledger", "show", "--id",
+                          str(message_id))
+        assert done.returncode == ExitCode.OK
+        (only,) = done.stdout.splitlines()
+        return only
+
+    assert "partition unknown" in line(1)
+    query(migrated_url, "ALTER TABLE relay_ledger_staging ADD COLUMN IF NOT EXISTS "
+                        "partition int, ADD COLUMN IF NOT EXISTS actor varchar")
+    query(migrated_url, "ALTER TABLE relay_ledger_staging DROP CONSTRAINT IF EXISTS "
+                        "relay_ledger_staging_outcome_check")
+    for ids, outcome, partition, actor in (([10], "published", 4, None),
+                                           ([11], "published", None, None),
+                                           ([12], "skipped", None, "alice")):
+        (seq,) = query(migrated_url, STAGE, (topic, outcome, ids))[0]
+        query(migrated_url, "UPDATE relay_ledger_staging SET partition = %s, actor = %s "
+                            "WHERE seq = %s", (partition, actor, seq))
+    assert "published" in line(10) and "partition 4 (" in line(10)
+    assert "partition chosen by the producer" in line(11)
+    assert "skipped" in line(12) and "by alice," in line(12)
+    assert "not sent to Kafka" in line(12)
