@@ -61,7 +61,7 @@ def open_table(path: str, storage_options: Mapping[str, str] | None = None) -> D
     absent table and a non-Delta prefix look alike to delta-rs; both read as absent.
     """
     from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    from deltalake.exceptions import DeltaError, TableNotFoundError
 
     if is_local(path):
         local = Path(urlparse(path).path if path.startswith("file:") else path)
@@ -78,8 +78,8 @@ def open_table(path: str, storage_options: Mapping[str, str] | None = None) -> D
         if is_local(path):
             raise ConfigError(f"ledger.path: {path} is not a readable Delta table") from None
         return None
-    except OSError as exc:
-        raise RelayError(f"cannot read the Delta ledger at {path}: {exc}") from None
+    except (DeltaError, OSError) as exc:
+        raise RelayError(f"cannot read the Delta ledger at {path}: {_first_line(exc)}") from None
 
 
 # DataFusion SQL through deltalake's QueryBuilder: it reads what delta-spark writes
@@ -105,7 +105,7 @@ def delta_records(
     try:
         found = QueryBuilder().register("ledger", table).execute(statement).read_all()
     except DeltaError as exc:
-        raise RelayError(f"cannot read the Delta ledger: {exc}") from None
+        raise RelayError(f"cannot read the Delta ledger: {_first_line(exc)}") from None
     values = {c: found.column(c).to_pylist() for c in columns}
     rows = [{c: values[c][i] for c in columns} for i in range(found.num_rows)]
     return [
@@ -113,6 +113,12 @@ def delta_records(
         for r in rows
         if (topic is None or r["topic"] == topic) and r.get("origin") in (None, origin)
     ]
+
+
+def _first_line(exc: BaseException) -> str:
+    """delta-rs appends a native backtrace to its messages; the first line says what."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def staged_records(db: Database, message_id: int, topic: str | None) -> list[LedgerRecord]:

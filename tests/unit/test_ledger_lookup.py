@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from relay.errors import ConfigError
+from relay.errors import ConfigError, RelayError
 from relay.ledger.lookup import LedgerRecord, delta_records, open_table
 from relay.ledger.show import describe, not_found, partition_text
 
@@ -125,3 +125,12 @@ def test_a_line_names_outcome_time_session_actor_and_place() -> None:
     assert not_found(5, None) == "message 5 of any topic: no record in the ledger " \
         "(not relayed, or not yet)"
     assert "of topic 'a.b'" in not_found(5, "a.b")
+
+
+def test_a_corrupt_delta_log_is_one_clear_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "t", [row("orders", 1)], pa.schema(BASE))
+    (first,) = (tmp_path / "t" / "_delta_log").glob("*.json")
+    first.write_text("garbage")
+    with pytest.raises(RelayError, match="cannot read the Delta ledger at ") as caught:
+        open_table(path)
+    assert "\n" not in str(caught.value)
