@@ -153,8 +153,8 @@ show("parked", plots.parked(data), data)
 # MAGIC %md
 # MAGIC ## Where is message X?
 # MAGIC Set the `message_id` widget (`RELAY_NOTEBOOK_MESSAGE_ID`): waiting in the outbox,
-# MAGIC parked, or relayed (the ledger's staged records and the Delta table).
-# MAGIC `outbox-relay ledger show --id X` also gives its Kafka partition.
+# MAGIC parked, or relayed (the ledger's staged records and the Delta table), with its
+# MAGIC Kafka partition: the same answer as `outbox-relay ledger show --id X`.
 
 # COMMAND ----------
 

@@ -49,6 +49,8 @@ def _cmd_jars(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
+    if args.ledger_cmd == "show":
+        return _ledger_show(args)
     from relay.control.db import Database
     from relay.ledger.delta import Ledger
     from relay.spark import build_session
@@ -58,19 +60,28 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     if args.ledger_cmd == "flush":
         print(f"copied {ledger.flush()} batch(es) to {config.ledger.path}")
         return ExitCode.OK
-    if args.ledger_cmd == "maintain":
-        ledger.maintain(config.ledger.retention_hours)
-        print("ledger optimized and vacuumed")
-        return ExitCode.OK
-    entries = ledger.lookup(args.topic, args.id)
-    if not entries:
-        print(f"message {args.id} of topic {args.topic!r}: no record (not relayed)")
+    ledger.maintain(config.ledger.retention_hours)
+    print("ledger optimized and vacuumed")
+    return ExitCode.OK
+
+
+def _ledger_show(args: argparse.Namespace) -> int:
+    """Spark-free: deltalake reads the Delta table, so no JVM starts (relay.ledger.lookup)."""
+    from relay.control.db import Database
+    from relay.ledger.lookup import lookup
+    from relay.ledger.show import describe, not_found
+
+    config = _config(args)
+    db = Database(config.postgres, "outbox-relay-cli")
+    try:
+        records = lookup(db, config.ledger.path, args.id, args.topic)
+    finally:
+        db.close()
+    if not records:
+        print(not_found(args.id, args.topic))
         return ExitCode.NOT_FOUND
-    for e in entries:
-        print(
-            f"message {e.message_id} of topic {e.topic!r}: {e.outcome} at {e.relayed_at} "
-            f"in session {e.session_id} by {e.source} ({e.where})"
-        )
+    for record in records:
+        print(describe(record))
     return ExitCode.OK
 
 
@@ -136,8 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(fn=_cmd_demo)
     ledger = sub.add_parser("ledger", help="the Delta ledger")
     lsub = ledger.add_subparsers(dest="ledger_cmd", required=True)
-    show = lsub.add_parser("show", help="was message ID of TOPIC relayed?")
-    show.add_argument("--topic", required=True)
+    show = lsub.add_parser("show", help="was message ID relayed? when, where (no Spark)")
+    show.add_argument("--topic", help="only this topic's record (default: every topic's)")
     show.add_argument("--id", type=int, required=True)
     lsub.add_parser("flush", help="copy staged records to Delta now")
     lsub.add_parser("maintain", help="OPTIMIZE and VACUUM the ledger")

@@ -64,6 +64,13 @@ class NoTransactionError(PublishError):
     the application's data. The caller may opt out explicitly (allow_autocommit=True)."""
 
 
+def first_line(exc: BaseException) -> str:
+    """What a driver's message says, without what follows: psycopg2's context lines,
+    delta-rs's native backtrace, the JVM's stack trace."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def exit_code_of(exc: Exception) -> ExitCode:
     """Reports what ended a command: one line for an error of the relay, the traceback for
     anything else. That is a defect, and Python's own exit 1 would read as "topics left

@@ -12,7 +12,12 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from relay.config import PostgresConfig
-from relay.errors import DatabaseError, DatabaseUnavailableError, UnreachableError
+from relay.errors import (
+    DatabaseError,
+    DatabaseUnavailableError,
+    UnreachableError,
+    first_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +45,8 @@ def connect(pg: PostgresConfig, application_name: str) -> psycopg2.extensions.co
         )
     except psycopg2.Error as exc:
         raise UnreachableError(
-            f"cannot reach PostgreSQL at {pg.where()}: {_first_line(exc)}"
+            f"cannot reach PostgreSQL at {pg.where()}: {first_line(exc)}"
         ) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 class Database:
@@ -85,7 +85,7 @@ class Database:
                 if isinstance(exc, psycopg2.OperationalError | psycopg2.InterfaceError)
                 else DatabaseError
             )
-            raise kind(f"PostgreSQL at {self._pg.where()}: {_first_line(exc)}") from exc
+            raise kind(f"PostgreSQL at {self._pg.where()}: {first_line(exc)}") from exc
 
     def _forget_if_broken(self, conn: psycopg2.extensions.connection) -> None:
         if conn.closed or (

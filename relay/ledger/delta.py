@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -24,6 +22,7 @@ from relay.data.partitioning import partition_col
 from relay.data.read import jdbc_options
 from relay.errors import DatabaseUnavailableError, RelayError
 from relay.ledger import staging
+from relay.ledger.lookup import LedgerRecord, lookup
 
 log = logging.getLogger(__name__)
 
@@ -98,33 +97,6 @@ def missing_rows(expected: Mapping[SessionRecord, int], held: Mapping[SessionRec
     shuffled the whole batch twice (bench/, W1: most of the copy's time).
     """
     return sum(max(0, n - held.get(record, 0)) for record, n in expected.items())
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    topic: str
-    message_id: int
-    outcome: str
-    session_id: str
-    source: str
-    relayed_at: Any
-    where: str  # "delta" or "staging"
-    kafka_partition: int | None = None
-    topic_partitions: int | None = None
-    partitioner: str | None = None  # None: the record predates partitions in the ledger
-    actor: str | None = None
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any], where: str) -> LedgerEntry:
-        """From a Delta row or a staged one (relay.ledger.staging.staged_for), which name
-        their fields alike; columns an older ledger lacks read as None."""
-        return cls(
-            topic=str(row["topic"]), message_id=int(row["message_id"]),
-            outcome=str(row["outcome"]), session_id=str(row["session_id"]),
-            source=str(row["source"]), relayed_at=row["relayed_at"], where=where,
-            **{f: row.get(f) for f in ("kafka_partition", "topic_partitions", "partitioner",
-                                       "actor")},
-        )
 
 
 class Ledger:
@@ -228,22 +200,10 @@ class Ledger:
     def _before_write(self, copy_batch: int) -> None:
         """A seam for tests: the moment between tagging a copy batch and writing it."""
 
-    def lookup(self, topic: str, message_id: int) -> list[LedgerEntry]:
-        """Every record of the message: in Delta, and staged but not yet copied."""
-        found = [LedgerEntry.of(r.asDict(), "delta") for r in self._delta_rows(topic, message_id)]
-        return found + [LedgerEntry.of(r, "staging")
-                        for r in staging.staged_for(self.db, topic, message_id)]
-
-    def _delta_rows(self, topic: str, message_id: int) -> list[Any]:
-        if not self.exists():
-            return []
-        table = self.table()
-        found = table.where(
-            (F.col("topic") == F.lit(topic)) & (F.col("message_id") == F.lit(message_id))
-        )
-        if "origin" in table.columns:  # rows from before `origin` can't be told apart
-            found = found.where(F.col("origin").isNull() | (F.col("origin") == self.origin))
-        return found.collect()
+    def lookup(self, topic: str, message_id: int) -> list[LedgerRecord]:
+        """Every record of the message, in Delta and staged: relay.ledger.lookup's answer,
+        which `ledger show` gives too (it reads Delta without Spark)."""
+        return lookup(self.db, self.path, message_id, topic)
 
     def exists(self) -> bool:
         from delta.tables import DeltaTable

@@ -77,14 +77,18 @@ REMOVE_BATCH = f"""
 DELETE FROM relay_ledger_staging WHERE copy_batch = %(batch)s AND {_HOLDS_COPY_LOCK}
 """
 
-# The id's partitioning bytes sit at its position in the parallel array.
+# The staged records of a message, of one topic or (topic NULL) of any. The span
+# condition is what finds them through an index when the topic is not given (0013);
+# `= ANY(ids)` is the exact test. The id's partitioning bytes sit at its position in the
+# parallel array.
 STAGED_FOR = """
 SELECT session_id::text AS session_id, topic, %(id)s::bigint AS message_id, outcome, source,
        relayed_at, actor, topic_partitions, partitioner,
        partitioning_keys[array_position(ids, %(id)s::bigint)] AS partitioning_key
 FROM relay_ledger_staging
-WHERE (%(topic)s::varchar IS NULL OR topic = %(topic)s) AND %(id)s::bigint = ANY(ids)
-ORDER BY seq
+WHERE relay_id_span(ids) @> %(id)s::bigint AND %(id)s::bigint = ANY(ids)
+  AND (%(topic)s::varchar IS NULL OR topic = %(topic)s::varchar)
+ORDER BY relayed_at, seq
 """
 
 

@@ -152,7 +152,8 @@ def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def lookup(found: Mapping[str, Any]) -> dict[str, Any]:
     """One message's places (relay.observe.message_lookup) and a line that sums them up."""
-    places = {k: [_plain(r) for r in found[k]] for k in ("waiting", "parked", "staged", "delta")}
+    places = {k: [_plain(r) for r in found[k]]
+              for k in ("waiting", "parked", "staging", "delta")}
     return {"figure": "lookup", "message_id": found["message_id"], **places,
             "delta_error": found.get("delta_error"),
             "summary": lookup_summary(found["message_id"], places)}
@@ -164,10 +165,10 @@ def lookup_summary(message_id: int, places: Mapping[str, Sequence[Mapping[str, A
         lines.append(f"waiting in topic {r['topic']!r} since {r['created_at']}")
     for r in places["parked"]:
         lines.append(f"parked from topic {r['topic']!r} at {r['parked_at']}: {r['reason']}")
-    for where in ("staged", "delta"):
+    for where in ("staging", "delta"):
         for r in places[where]:
             lines.append(f"{r['outcome']} to topic {r['topic']!r} at {r['relayed_at']} "
-                         f"by {r['source']} (ledger, {where})")
+                         f"by {r['actor'] or r['source']}, {r['partition']} (ledger, {where})")
     if not lines:
         return f"message {message_id}: not found (not written, or relayed and expired)"
     return f"message {message_id}: " + "; ".join(lines)

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from relay.errors import RelayError
+from relay.ledger.delta_read import columns_of, open_table, query
 from relay.observe.queries import DELTA_RATES, ORIGIN_COLUMNS
 
 
@@ -41,12 +41,6 @@ class DeltaRows:
     error: str | None = None
 
 
-def table_uri(path: str) -> str:
-    """A local path made absolute (as Spark resolves it, from the working directory);
-    a URL (s3://, abfss://, file://) as it is."""
-    return path if urlsplit(path).scheme else str(Path(path).resolve())
-
-
 def counts_here(row_origin: str | None, batch: int | None, origin: str,
                 staged_batches: Collection[int]) -> bool:
     """Whether a Delta row counts for the outbox `origin`: its own rows (or rows older than
@@ -55,30 +49,21 @@ def counts_here(row_origin: str | None, batch: int | None, origin: str,
 
 
 def read_delta(path: str, statement: Callable[[str], str], columns: Sequence[str]) -> DeltaRows:
-    """Runs `statement(origin_expression)` over the table registered as `ledger`.
+    """Runs `statement(origin_expression)` over the Delta ledger, or says why it could not:
+    the status must answer whatever state the ledger is in.
 
     The expression is one of ORIGIN_COLUMNS: a ledger written before rows carried their
     origin has no such column. A missing table is no error (nothing copied yet)."""
     try:
-        from deltalake import DeltaTable, QueryBuilder
-        from deltalake.exceptions import TableNotFoundError
-    except ImportError as exc:  # pragma: no cover - a base dependency
-        return DeltaRows(error=f"deltalake is not installed: {exc}")
-    try:
-        table = DeltaTable(table_uri(path))
-    except TableNotFoundError:
+        table = open_table(path)
+    except RelayError as exc:
+        return DeltaRows(error=str(exc))
+    if table is None:
         return DeltaRows()
-    except Exception as exc:  # delta-rs raises several kinds; the status must still answer
-        return DeltaRows(error=f"cannot open the Delta ledger: {_first_line(exc)}")
-    has_origin = "origin" in {f.name for f in table.schema().fields}
     try:
-        result = (QueryBuilder().register("ledger", table)
-                  .execute(statement(ORIGIN_COLUMNS[has_origin])).read_all())
-    except Exception as exc:
-        return DeltaRows(exists=True, version=table.version(),
-                         error=f"cannot read the Delta ledger: {_first_line(exc)}")
-    values = [result.column(name).to_pylist() for name in columns]
-    rows = [dict(zip(columns, row, strict=True)) for row in zip(*values, strict=True)]
+        rows = query(table, statement(ORIGIN_COLUMNS["origin" in columns_of(table)]), columns)
+    except RelayError as exc:
+        return DeltaRows(exists=True, version=table.version(), error=str(exc))
     return DeltaRows(rows, exists=True, version=table.version())
 
 
@@ -101,8 +86,3 @@ def delta_counts(path: str, since_5m_us: int, since_60m_us: int, origin: str,
             last_60m[row["topic"]] += int(row["n60"])
     return DeltaCounts(last_5m, last_60m, exists=read.exists, version=read.version,
                        error=read.error)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__

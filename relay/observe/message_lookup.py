@@ -1,40 +1,42 @@
-"""Where one message is, by id: waiting in the outbox, parked, staged in the ledger, in
-the Delta ledger. The notebook's look-up cell; reads only, without Spark.
+"""Where one message is, by id: waiting in the outbox, parked, or in the ledger (staged or
+copied to Delta, with its partition and who skipped or dropped it). The notebook's
+look-up cell; reads only, without Spark.
 
-A small reader over the status module's statements: `ledger show` is the full answer
-(partitions, who skipped or dropped it) and the place to grow this.
+The ledger half is `ledger show`'s own reader (relay.ledger.lookup), so the notebook and
+the command cannot disagree on whether, when and where a message was relayed.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from relay.control.db import Database
-from relay.ledger.staging import ORIGIN
+from relay.errors import RelayError
+from relay.ledger.lookup import LedgerRecord, lookup, staged_records
+from relay.ledger.show import partition_text
 from relay.observe import queries
-from relay.observe.ledger_rates import read_delta
 
 
 def find_message(db: Database, ledger_path: str, message_id: int) -> dict[str, Any]:
     """Every place the message is found; `delta_error` says why Delta was not read."""
     message_id = int(message_id)
-    params = {"id": message_id}
+    found: dict[str, list[dict[str, Any]]] = {}
     with db.transaction() as cur:
         cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        found: dict[str, list[dict[str, Any]]] = {}
         for name, statement in (("waiting", queries.MESSAGE_WAITING),
-                                ("parked", queries.MESSAGE_PARKED),
-                                ("staged", queries.MESSAGE_STAGED)):
-            cur.execute(statement, params)
+                                ("parked", queries.MESSAGE_PARKED)):
+            cur.execute(statement, {"id": message_id})
             found[name] = [dict(r) for r in cur.fetchall()]
-        cur.execute(ORIGIN)
-        origin = str(cur.fetchone()["origin"])
-    read = read_delta(
-        ledger_path,
-        lambda origin_column: queries.DELTA_MESSAGE.format(origin=origin_column,
-                                                           message_id=message_id),
-        ("origin", "topic", "outcome", "session_id", "source", "relayed_at", "copy_batch"),
-    )
-    # Another outbox sharing the ledger path has ids of its own.
-    delta = [r for r in read.rows if r["origin"] in (None, origin)]
-    return {"message_id": message_id, **found, "delta": delta, "delta_error": read.error}
+    delta_error = None
+    try:
+        records = lookup(db, ledger_path, message_id)
+    except RelayError as exc:  # the staged half still answers
+        records, delta_error = staged_records(db, message_id, None), str(exc)
+    for where in ("staging", "delta"):
+        found[where] = [_plain(r) for r in records if r.where == where]
+    return {"message_id": message_id, **found, "delta_error": delta_error}
+
+
+def _plain(record: LedgerRecord) -> dict[str, Any]:
+    return {**asdict(record), "partition": partition_text(record)}

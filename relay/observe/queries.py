@@ -202,7 +202,7 @@ GROUP BY 1
 ORDER BY messages DESC, reason
 """
 
-# One message by id, wherever it is: waiting, parked, or in the staged ledger records.
+# One message by id, outside the ledger (relay.ledger.lookup has it there): waiting or parked.
 MESSAGE_WAITING = """
 SELECT id, topic, created_at, octet_length(message) AS value_bytes,
        key IS NOT NULL AS has_key, partition_key IS NOT NULL AS has_partition_key
@@ -211,14 +211,4 @@ FROM kafka_messages WHERE id = %(id)s
 MESSAGE_PARKED = """
 SELECT id, topic, created_at, reason, attempts, source, parked_at
 FROM relay_parked_messages WHERE id = %(id)s
-"""
-MESSAGE_STAGED = """
-SELECT topic, outcome, session_id::text AS session_id, source, relayed_at
-FROM relay_ledger_staging WHERE %(id)s = ANY(ids)
-ORDER BY relayed_at
-"""
-# The message's Delta rows (the id is a Python int formatted with `:d`).
-DELTA_MESSAGE = """
-SELECT {origin} AS origin, topic, outcome, session_id, source, relayed_at, copy_batch
-FROM ledger WHERE message_id = {message_id:d}
 """

@@ -19,7 +19,7 @@ from relay.control.pending import (
     pending_topics,
     waiting_up_to,
 )
-from relay.errors import RelayError
+from relay.errors import RelayError, first_line
 from relay.exit_codes import ExitCode
 from relay.ledger.flusher import LedgerFlusher
 from relay.observe.progress import Progress
@@ -132,7 +132,7 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
         if _stop_side_effect(stop, stopping or (starting and stop.requested), processor, exc):
             log.warning("the stop interrupted Spark outside a batch body (nothing was in "
                         "flight; a checkpoint entry cut short is redone on restart): %s",
-                        _first_line(exc))
+                        first_line(exc)[:300])
         else:
             log.error("the streaming query failed: %s", exc)
             failed = True
@@ -176,10 +176,6 @@ def _stop_side_effect(stop: StopSignal, stopping: bool, processor: BatchProcesso
     if processor.failure is not None:
         return False
     return stopping or _stop_killed_a_helper(stop, exc)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 def _stop_killed_a_helper(stop: StopSignal, exc: BaseException) -> bool:

@@ -224,7 +224,7 @@ def test_ledger_show_answers_from_the_command_line(
     assert cli(["--config", profile, "ledger", "flush"]) == 0
     capsys.readouterr()
     assert cli(["--config", profile, "ledger", "show", "--topic", topic, "--id", str(second)]) == 0
-    assert "(delta)" in capsys.readouterr().out
+    assert "(in the Delta ledger)" in capsys.readouterr().out
     assert cli(["--config", profile, "ledger", "show", "--topic", topic, "--id", "999999"]) \
         == ExitCode.NOT_FOUND
     assert "no record" in capsys.readouterr().out

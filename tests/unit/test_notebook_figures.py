@@ -108,14 +108,20 @@ def test_parked_folds_rare_reasons() -> None:
 def test_lookup_says_where_the_message_is() -> None:
     at = datetime(2026, 1, 2, 3, 4, 5)
     found = {"message_id": 7, "waiting": [], "parked": [],
-             "staged": [{"topic": "t", "outcome": "published", "session_id": "s",
-                         "source": "relay-x", "relayed_at": at.replace(tzinfo=UTC)}],
-             "delta": [], "delta_error": None}
+             "staging": [{"topic": "t", "outcome": "published", "session_id": "s",
+                          "source": "relay-x", "relayed_at": at.replace(tzinfo=UTC),
+                          "actor": None, "partition": "partition 2 of 3"}],
+             "delta": [{"topic": "t", "outcome": "skipped", "session_id": "s2",
+                        "source": "outbox-relay skip", "relayed_at": at, "actor": "bob@ops",
+                        "partition": "not sent to Kafka"}],
+             "delta_error": None}
     data = health.lookup(found)
-    assert data["summary"] == ("message 7: published to topic 't' at "
-                               "2026-01-02T03:04:05Z by relay-x (ledger, staged)")
+    assert data["summary"] == (
+        "message 7: published to topic 't' at 2026-01-02T03:04:05Z by relay-x, "
+        "partition 2 of 3 (ledger, staging); skipped to topic 't' at 2026-01-02T03:04:05Z "
+        "by bob@ops, not sent to Kafka (ledger, delta)")
     json.dumps(data)
-    nothing = health.lookup({**found, "staged": []})
+    nothing = health.lookup({**found, "staging": [], "delta": []})
     assert nothing["summary"].startswith("message 7: not found")
 
 
