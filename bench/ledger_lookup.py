@@ -1,17 +1,20 @@
-"""``python -m bench.ledger_lookup [--records 10000000]``: how long `ledger show` takes.
+"""``python -m bench.ledger_lookup [--records 10000000]``: how long `ledger show` and
+`status` take on a big ledger.
 
 Builds a Delta ledger of N records shaped like the relay's (its schema, one commit per
 copy batch, one small file per commit, a checkpoint every 10 commits as delta-spark
 leaves them), stages records in a scratch PostgreSQL database of the local stack
 (RELAY_STACK_DIR, else the default), then times `outbox-relay ledger show` as a
 subprocess, as an operator runs it: hits in Delta, hits in staging, misses, with and
-without --topic. Then compacts the table (OPTIMIZE + VACUUM) and times them again.
+without --topic; and `status`, whose rates count the ledger's last hour (7.2M rows of
+the 10M). Then compacts the table (OPTIMIZE + VACUUM) and times them again.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import random
 import subprocess
@@ -37,6 +40,7 @@ STAGE = """
 INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source)
 VALUES (%s, %s, 'published', %s, 'bench')
 """
+TOPIC_INFO = "INSERT INTO kafka_topic_info (topic, last_processed_at) VALUES (%s, now())"
 SCHEMA = pa.schema([
     ("topic", pa.string()), ("message_id", pa.int64()), ("outcome", pa.string()),
     ("session_id", pa.string()), ("source", pa.string()),
@@ -45,17 +49,18 @@ SCHEMA = pa.schema([
     ("topic_partitions", pa.int32()), ("partitioner", pa.string()), ("actor", pa.string()),
 ])
 PARTITIONS = 12
+COPY_GAP = dt.timedelta(seconds=10)
 
 
 def topic_of(message_id: int, topics: int) -> str:
     return f"bench.orders-{message_id * 7919 % topics}"
 
 
-def batch(first: int, n: int, copy_batch: int, topics: int, origin: str) -> pa.RecordBatch:
+def batch(first: int, n: int, copy_batch: int, topics: int, origin: str,
+          at: dt.datetime) -> pa.RecordBatch:
     """One copy batch: the rows of its staged records, a record per (session, topic)."""
     ids = sorted(range(first, first + n), key=lambda i: (topic_of(i, topics), i))
     sessions = {t: str(uuid.uuid4()) for t in {topic_of(i, topics) for i in ids}}
-    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=copy_batch)
     return pa.RecordBatch.from_pydict({
         "topic": [topic_of(i, topics) for i in ids], "message_id": ids,
         "outcome": ["published"] * n, "session_id": [sessions[topic_of(i, topics)] for i in ids],
@@ -67,12 +72,16 @@ def batch(first: int, n: int, copy_batch: int, topics: int, origin: str) -> pa.R
 
 
 def build_ledger(path: str, records: int, per_copy: int, topics: int, origin: str) -> None:
+    """Copies COPY_GAP apart, the last one now: at 20,000 rows a copy, the last hour holds
+    7.2M rows (2,000 msg/s), which `status` counts for its rates."""
     copies = (records + per_copy - 1) // per_copy
     t0 = time.monotonic()
+    start = dt.datetime.now(dt.UTC) - COPY_GAP * copies
     for k in range(copies):
         first = k * per_copy + 1
         n = min(per_copy, records - first + 1)
-        write_deltalake(path, batch(first, n, k + 1, topics, origin), mode="append",
+        at = start + COPY_GAP * (k + 1)
+        write_deltalake(path, batch(first, n, k + 1, topics, origin, at), mode="append",
                         configuration={"delta.checkpointInterval": "10"} if k == 0 else None)
         if (k + 1) % 100 == 0:
             print(f"  {k + 1}/{copies} copies ({time.monotonic() - t0:.0f} s)", flush=True)
@@ -97,26 +106,39 @@ def scratch_database() -> Iterator[str]:
 
 
 def stage(url: str, first: int, records: int, per_record: int, topics: int) -> None:
-    """Records waiting for their copy: ids above those in Delta, a record per topic."""
+    """Records waiting for their copy: ids above those in Delta, a record per topic; and
+    each topic's kafka_topic_info row, as the relay leaves one, so `status` lists it."""
     conn = psycopg2.connect(url)
     with conn, conn.cursor() as cur:
+        cur.executemany(TOPIC_INFO, [(f"bench.orders-{t}",) for t in range(topics)])
         for start in range(first, first + records * per_record, per_record):
             ids = list(range(start, start + per_record))
             cur.execute(STAGE, (str(uuid.uuid4()), topic_of(start, topics), ids))
     conn.close()
 
 
-def show(profile: Path, *args: str) -> tuple[float, int]:
+def command(profile: Path, *args: str) -> tuple[float, int]:
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "relay.cli", "--config", str(profile),
-                           "ledger", "show", *args], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "relay.cli", "--config", str(profile), *args],
+                          capture_output=True, text=True)
     return time.monotonic() - t0, done.returncode
+
+
+def status_counted(profile: Path) -> str:
+    """What `status` read of the ledger: the check that its timing is of a real read."""
+    done = subprocess.run([sys.executable, "-m", "relay.cli", "--config", str(profile),
+                           "status", "--json"], capture_output=True, text=True, check=True)
+    report = json.loads(done.stdout)
+    last_hour = sum(t["ledger"]["per_min_60m"] * 60 for t in report["topics"])
+    return (f"status counted {last_hour:,.0f} messages in the last hour over "
+            f"{len(report['topics'])} topics (Delta version {report['ledger']['delta_version']},"
+            f" error {report['ledger']['delta_error']})")
 
 
 def time_cases(profile: Path, cases: list[tuple[str, list[str]]], runs: int) -> None:
     for label, args in cases:
-        times = sorted(show(profile, *args)[0] for _ in range(runs))
-        code = show(profile, *args)[1]
+        times = sorted(command(profile, *args)[0] for _ in range(runs))
+        code = command(profile, *args)[1]
         print(f"  {label:<44} exit {code:>2}  median {times[len(times) // 2]:.2f} s  "
               f"max {times[-1]:.2f} s")
 
@@ -144,25 +166,31 @@ def main(argv: list[str] | None = None) -> int:
         stage(url, n + 1, 200, 500, args.topics)
         hit = random.Random(1).randint(1, n)
         staged = n + 1 + 200 * 500 // 2
+        show = ["ledger", "show"]
         cases = [
-            ("--id (in Delta)", ["--id", str(hit)]),
-            ("--topic T --id (in Delta)", ["--topic", topic_of(hit, args.topics),
+            ("status (rates over the last hour's rows)", ["status"]),
+            ("--id (in Delta)", [*show, "--id", str(hit)]),
+            ("--topic T --id (in Delta)", [*show, "--topic", topic_of(hit, args.topics),
                                            "--id", str(hit)]),
-            ("--id (staged)", ["--id", str(staged)]),
-            ("--topic T --id (staged)", ["--topic", topic_of(n + 1 + 100 * 500, args.topics),
+            ("--id (staged)", [*show, "--id", str(staged)]),
+            ("--topic T --id (staged)", [*show, "--topic",
+                                         topic_of(n + 1 + 100 * 500, args.topics),
                                          "--id", str(staged)]),
-            ("--id (miss)", ["--id", str(n * 3)]),
-            ("--topic T --id (miss: other topic)", ["--topic", "bench.none", "--id", str(hit)]),
+            ("--id (miss)", [*show, "--id", str(n * 3)]),
+            ("--topic T --id (miss: other topic)", [*show, "--topic", "bench.none", "--id",
+                                                    str(hit)]),
         ]
         table = DeltaTable(path)
         print(f"as the copies leave it: {len(table.file_uris())} files, "
               f"version {table.version()}")
         time_cases(profile, cases, args.runs)
+        print(" ", status_counted(profile))
         table.optimize.compact()
         table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
         table = DeltaTable(path)
         print(f"compacted: {len(table.file_uris())} files, version {table.version()}")
         time_cases(profile, cases, args.runs)
+        print(" ", status_counted(profile))
     return 0
 
 

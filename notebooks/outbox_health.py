@@ -26,6 +26,7 @@ from typing import Any
 
 from relay.config_load import PASSWORD_ENV, build_config, load_config
 from relay.control.db import Database
+from relay.control.migrate import require_current
 from relay.observe import health, plots, queries
 from relay.observe.message_lookup import find_message
 from relay.observe.report import table
@@ -87,6 +88,7 @@ def show(name: str, fig: Any, data: dict[str, Any]) -> None:
 
 
 db = Database(CONFIG.postgres, "outbox-relay-notebook")
+require_current(db)  # an older schema: one line saying to migrate, not a missing column
 snapshot = take_snapshot(db, CONFIG.relay.lock_timeout_s, CONFIG.ledger.path)
 print(table(snapshot))  # what `outbox-relay status` prints
 

@@ -15,7 +15,7 @@ from relay.config import Config
 from relay.config_load import load_config
 from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
-from relay.control.migrate import discover
+from relay.control.migrate import require_current
 from relay.errors import ConfigError, RelayError, exit_code_of
 from relay.exit_codes import ExitCode
 from relay.observe.logs import LOG_FORMATS, configure_logging
@@ -28,8 +28,6 @@ from relay.spark_jars import (
 from relay.stream.runner import RunResult
 
 log = logging.getLogger("relay")
-
-LATEST_MIGRATION = "SELECT coalesce(max(version), 0) AS version FROM relay_schema_migrations"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,18 +53,9 @@ def preflight(config: Config) -> None:
     """Fail fast, with one line naming the service, if something needed is not there."""
     db = Database(config.postgres, "outbox-relay-preflight")
     try:
-        row = db.one(LATEST_MIGRATION)
-    except RelayError as exc:
-        if "relay_schema_migrations" in str(exc):
-            raise ConfigError(
-                "the database has no relay schema: run `outbox-relay migrate`"
-            ) from None
-        raise
+        require_current(db)
     finally:
         db.close()
-    latest = max(m.version for m in discover())
-    if row is None or row["version"] < latest:
-        raise ConfigError("the database schema is behind: run `outbox-relay migrate`")
     KafkaAdmin(config.kafka).check_reachable()
     check_transforms(config)
 

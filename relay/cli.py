@@ -68,12 +68,14 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
 def _ledger_show(args: argparse.Namespace) -> int:
     """Spark-free: deltalake reads the Delta table, so no JVM starts (relay.ledger.lookup)."""
     from relay.control.db import Database
+    from relay.control.migrate import require_current
     from relay.ledger.lookup import lookup
     from relay.ledger.show import describe, not_found
 
     config = _config(args)
     db = Database(config.postgres, "outbox-relay-cli")
     try:
+        require_current(db)
         records = lookup(db, config.ledger.path, args.id, args.topic)
     finally:
         db.close()

@@ -11,6 +11,7 @@ from relay.config_load import load_config
 from relay.control import parking, skipping
 from relay.control.db import Database
 from relay.control.locks import CLEAR_ERROR, FORCE_UNLOCK
+from relay.control.migrate import require_current
 from relay.control.pending import TopicFilter, pending_topics
 from relay.exit_codes import ExitCode
 
@@ -21,6 +22,7 @@ Command = Callable[[argparse.Namespace], int]
 def _db(args: argparse.Namespace) -> Iterator[Database]:
     db = Database(load_config(args.config).postgres, "outbox-relay-cli")
     try:
+        require_current(db)
         yield db
     finally:
         db.close()

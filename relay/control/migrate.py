@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relay.control.db import Database
-from relay.errors import DatabaseError, MigrationError
+from relay.errors import ConfigError, DatabaseError, MigrationError, RelayError
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS relay_schema_migrations (
 TAKE_LOCK = "SELECT pg_advisory_xact_lock(%s)"
 APPLIED = "SELECT version FROM relay_schema_migrations"
 RECORD = "INSERT INTO relay_schema_migrations (version, name) VALUES (%s, %s)"
+LATEST_MIGRATION = "SELECT coalesce(max(version), 0) AS version FROM relay_schema_migrations"
 
 
 @dataclass(frozen=True)
@@ -77,3 +78,25 @@ def migrate(db: Database, directory: Path = SCHEMAS_DIR) -> list[str]:
             return done
     except DatabaseError as exc:
         raise MigrationError(f"migration failed: {exc}") from exc
+
+
+def require_current(db: Database, directory: Path = SCHEMAS_DIR) -> None:
+    """Refuses a database whose schema is older than this relay's, in one line that says
+    what to run: a command would otherwise fail on the first column it misses, or a
+    statement meant for the new schema could misread the old one. The relay migrates at
+    its start; the commands that only look, and preflight, never do."""
+    try:
+        row = db.one(LATEST_MIGRATION)
+    except RelayError as exc:
+        if "relay_schema_migrations" in str(exc):
+            raise ConfigError(
+                "the database has no relay schema: run `outbox-relay migrate`"
+            ) from None
+        raise
+    at = int(row["version"]) if row is not None else 0
+    missing = [f"{m.version:04d}_{m.name}" for m in discover(directory) if m.version > at]
+    if missing:
+        raise ConfigError(
+            f"the database schema is behind (at {at:04d}; missing {', '.join(missing)}): "
+            "run `outbox-relay migrate`"
+        )

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from relay.config_load import load_config
 from relay.control.db import Database
+from relay.control.migrate import require_current
 from relay.errors import RelayError
 from relay.exit_codes import ExitCode
 from relay.observe import DEFAULT_TOP_TOPICS
@@ -69,6 +70,7 @@ def print_status(config: Config, *, as_json: bool = False, thresholds: Threshold
 
     db = Database(config.postgres, "outbox-relay-status")
     try:
+        require_current(db)
         snapshot = take_snapshot(db, config.relay.lock_timeout_s, config.ledger.path,
                                  with_rates=with_rates, exact_up_to=exact_up_to,
                                  count_budget=count_budget)
@@ -92,6 +94,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     db = Database(config.postgres, "outbox-relay-metrics")
+    try:
+        require_current(db)
+    except RelayError:
+        db.close()
+        raise
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StatusCollector(db, config.relay.lock_timeout_s, config.ledger.path,
                                       top=args.top_topics))

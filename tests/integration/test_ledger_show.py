@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from relay.config import Config
 from relay.control.db import Database
+from relay.control.migrate import SCHEMAS_DIR
 from relay.exit_codes import ExitCode
 from relay.ledger.delta import Ledger
 from relay.ledger.delta_read import open_table
@@ -163,6 +164,33 @@ def test_the_commands_that_only_look_start_no_jvm(
     print("control:", control)
     assert "pyspark" in control["spark_modules"]
     assert any("subprocess.Popen" in s for s in control["spawned"])
+
+
+def test_the_commands_that_only_look_refuse_an_older_schema_in_one_line(
+    make_config: ConfigFactory, migrated_url: str, tmp_path: Path,
+) -> None:
+    """After an upgrade of the package and before any relay or `migrate` ran: one line
+    that says what to run, not the first missing column (they never migrate: a look must
+    not change the schema under a running relay of the older version)."""
+    profile = write_profile(make_config(), tmp_path / "p.toml")
+    looks = (["status"], ["ledger", "show", "--id", "1"], ["topics"], ["parked", "list"],
+             ["peek", "--topic", "t"], ["metrics", "serve", "--once"])
+    newest = max(int(f.name[:4]) for f in SCHEMAS_DIR.glob("*.sql"))
+    query(migrated_url, "DELETE FROM relay_schema_migrations WHERE version = %s", (newest,))
+    for args in looks:
+        done = outbox_cli(profile, tmp_path / "watch.json", *args)
+        assert done.returncode == ExitCode.USAGE, args
+        assert done.stdout == ""
+        assert done.stderr.startswith(
+            f"outbox-relay: the database schema is behind (at {newest - 1:04d}; missing "
+            f"{newest:04d}_"), done.stderr
+        assert done.stderr.rstrip().endswith("run `outbox-relay migrate`")
+        assert len(done.stderr.splitlines()) == 1
+    query(migrated_url, "DROP TABLE relay_schema_migrations")
+    done = outbox_cli(profile, tmp_path / "watch.json", "ledger", "show", "--id", "1")
+    assert (done.returncode, done.stderr) == (
+        ExitCode.USAGE, "outbox-relay: the database has no relay schema: run "
+        "`outbox-relay migrate`\n")
 
 
 def test_the_reader_reads_the_features_delta_spark_can_give_a_ledger(
