@@ -118,7 +118,8 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
                 f"{num(o.get('batches'))} | {o.get('runs', 1)} |"
             )
         lines.append("")
-    for o in w.get("STARTSTOP", []):
+    # The raw outcome: the summary's merge counts runs, and start/stop lists each one.
+    for o in results["workloads"].get("STARTSTOP", []):
         runs = "; ".join(f"{r['startup_s']} s / {r['stop_s']} s (exit {r['exit_code']})"
                          for r in o["runs"])
         lines += ["## Start-up and stop", "",

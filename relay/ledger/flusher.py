@@ -33,8 +33,10 @@ class LedgerFlusher:
         while not self._done.wait(min(_FIRST_COPY_POLL_S, self._interval_s) if early
                                   else self._interval_s):
             # Early polling ends with the first copy, or the first failure: a copy that keeps
-            # failing is retried (and logged) once an interval, not every 2 s.
-            early = early and self.flush_once() == 0
+            # failing is retried (and logged) once an interval, not every 2 s. The copy runs
+            # at every wake-up, early or not.
+            copied = self.flush_once()
+            early = early and copied == 0
 
     def flush_once(self) -> int | None:
         """Copies what is staged; returns the copy batches written, None after a failure."""

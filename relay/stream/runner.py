@@ -153,14 +153,23 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
     return RunResult(code, processor.stats, time.monotonic() - started, remaining, unverified)
 
 
-# A signal to the whole process group (Ctrl-C, `kill -TERM -PGID`) also reaches the `chmod`
-# that Hadoop forks for every local checkpoint file when its native library is missing. A
-# write caught by it fails with the helper's exit code (128 + signal) and ends the query,
-# although the batch body had finished; Spark redoes the missing checkpoint entry on restart.
-# Java forks it through jspawnhelper, and the signal may also catch that helper itself.
+# A signal to the whole process group (Ctrl-C, `kill -TERM -PGID`) also reaches the
+# JVM's children:
+# - the `chmod` that Hadoop forks for every local checkpoint file when its native library
+#   is missing: a write caught by it fails with the helper's exit code (128 + signal) and
+#   ends the query, although the batch body had finished; Spark redoes the missing
+#   checkpoint entry on restart. Java forks it through jspawnhelper, and the signal may
+#   also catch that helper itself;
+# - pyspark.daemon, which serves the outbox source's Python worker: the query's planning
+#   of its next micro-batch (the source's ticks; no data) then fails. The bench's
+#   start/stop caught it in 2 runs of 3 with a SIGTERM during the query's first seconds.
+# A Python worker a batch body needed (a transform's) fails that body instead, which
+# stays a failure (BatchProcessor.failure).
 _HELPER_KILLED = re.compile(
     r"ExitCodeException exitCode=(?:130|143)\b"
     r"|Failed to exec spawn helper: pid: \d+, signal: (?:2|15)\b"
+    r"|EOFException occurred while reading the port number from pyspark\.daemon"
+    r"|Python worker exited unexpectedly \(crashed\)"
 )
 
 
@@ -179,7 +188,8 @@ def _stop_side_effect(stop: StopSignal, stopping: bool, processor: BatchProcesso
 
 
 def _stop_killed_a_helper(stop: StopSignal, exc: BaseException) -> bool:
-    """Whether the query failed only because our own stop signal killed a Hadoop helper."""
+    """Whether the query failed only because our own stop signal killed a child of the
+    JVM: a Hadoop helper, or the Python daemon of the source's worker."""
     if not stop.requested:
         return False
     text = f"{exc}\n{getattr(exc, '_stackTrace', '') or ''}"

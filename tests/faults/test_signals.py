@@ -112,3 +112,64 @@ def test_group_sigterm_while_spark_writes_a_checkpoint_file_still_stops_cleanly(
     assert codes == [0] * len(codes), (
         f"graceful stops exited {codes}\n" + "\n".join(p.tail(12) for p in procs))
     v.assert_clean(max_duplicates=0)
+
+
+def _daemon_in_group(pgid: int) -> bool:
+    """Whether Spark's pyspark.daemon (the outbox source's Python worker) runs in the
+    relay's process group: a group signal from then on reaches it too."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        # Fields after the command's closing parenthesis: state, ppid, pgrp.
+        pgrp = int(stat.rsplit(")", 1)[1].split()[2])
+        if pgrp == pgid and b"pyspark.daemon" in cmdline:
+            return True
+    return False
+
+
+@pytest.mark.scenario("9-stop-signal-while-the-source-worker-starts")
+def test_group_sigterm_while_the_query_starts_its_python_source_still_stops_cleanly(
+    stack: StackInfo, fault_db: str, tmp_path: Path, scenario: Scenario,
+) -> None:
+    """The bench's start/stop: a relay stopped in its first seconds, when its outbox is
+    already empty (the start-up round drained it) and the query is planning its first
+    micro-batch. The group's SIGTERM reaches pyspark.daemon, which serves the source's
+    worker; that planning then fails, with nothing in flight. The bench's start/stop
+    exited 5 in 2 runs of 3 that way. This test signals as the daemon appears and did
+    not hit the failing window on its own (it passed before the runner knew the daemon's
+    error too; tests/unit/test_stop_signal.py pins that error's text): it guards the
+    outcome, exit 0 and nothing lost, not the race."""
+    topic = unique("stopstart")
+    create_topics(stack.kafka_bootstrap, {topic: 1})
+    outbox = Outbox(fault_db)
+    outbox.write(traffic([topic], 10, per_tx=10, keys=5, value_bytes=100, seed=11))
+    codes: list[int] = []
+    with relays() as procs:
+        for attempt, after_s in enumerate((0.0, 0.3)):
+            config = relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=[topic],
+                                  source_name="fault-stopstart",
+                                  relay={"checkpoint_path": str(tmp_path / f"cp-{attempt}")})
+            proc = start_relay(config, tmp_path, f"stopstart-{attempt}")
+            procs.append(proc)
+            wait_until(lambda proc=proc: _daemon_in_group(proc.proc.pid)  # type: ignore[misc]
+                       or not proc.alive(), 300, "pyspark.daemon to start",
+                       diagnose=proc.tail)
+            time.sleep(after_s)
+            proc.signal(signal.SIGTERM)
+            codes.append(proc.wait(300))
+            if attempt == 0:
+                outbox.write(traffic([topic], 10, per_tx=10, keys=5, value_bytes=100,
+                                     seed=12))
+    left = outbox_ids(fault_db)
+    v = verdict(outbox, read_all(stack.kafka_bootstrap, [topic]), expected=outbox.ids() - left)
+    scenario.update(v.figures(), faults_injected=len(codes), exit_codes=codes,
+                    notes=f"SIGTERM to the group as pyspark.daemon started: exit codes {codes}, "
+                          "0 expected")
+    assert codes == [0] * len(codes), (
+        f"graceful stops exited {codes}\n" + "\n".join(p.tail(12) for p in procs))
+    v.assert_clean(max_duplicates=0)

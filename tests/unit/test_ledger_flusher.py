@@ -25,9 +25,10 @@ class _Ledger:
         return result
 
 
-def _run(ledger: _Ledger, copy_early: bool, seconds: float = 0.4) -> None:
+def _run(ledger: _Ledger, copy_early: bool, seconds: float = 0.4,
+         interval_s: float = 30.0) -> None:
     relay: Any = SimpleNamespace(ledger=ledger)
-    copier = LedgerFlusher(relay, interval_s=30.0, copy_early=copy_early)
+    copier = LedgerFlusher(relay, interval_s=interval_s, copy_early=copy_early)
     copier.start()
     time.sleep(seconds)
     copier.stop(copy_now=False)
@@ -54,3 +55,17 @@ def test_without_early_copies_the_first_waits_an_interval() -> None:
     ledger = _Ledger([1])
     _run(ledger, copy_early=False)
     assert ledger.calls == 0
+
+
+# A continuous relay copied once, at its start, and never again (a 20-minute soak left
+# its Delta ledger at that first copy): the interval's copies must go on whatever the
+# early polls did.
+@pytest.mark.parametrize(("copy_early", "results"), [
+    (True, [0, 1, 1]),  # after the first copy
+    (True, [RuntimeError("Delta path unwritable"), 1]),  # after a failed first copy
+    (False, [1, 0, 1]),  # an available-now drain's interval copies
+])
+def test_copies_go_on_once_an_interval(copy_early: bool, results: list[int | Exception]) -> None:
+    ledger = _Ledger(results)
+    _run(ledger, copy_early=copy_early, seconds=0.5, interval_s=0.1)
+    assert 4 <= ledger.calls <= 7, ledger.calls

@@ -118,6 +118,11 @@ def _enter(stop: StopSignal) -> bool:
 @pytest.mark.parametrize("text", [
     "ExitCodeException exitCode=143: chmod",
     'Cannot run program "chmod": error=0, Failed to exec spawn helper: pid: 31007, signal: 15',
+    # What the bench's start/stop met: the group's SIGTERM reached pyspark.daemon while the
+    # query planned its first micro-batch (the source's worker).
+    "[STREAM_FAILED] Query [id = 3dfa6268] terminated with exception: EOFException "
+    "occurred while reading the port number from pyspark.daemon's stdout.",
+    "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)",
 ])
 def test_a_helper_killed_by_our_own_stop_signal_is_not_a_failure(text: str) -> None:
     from relay.stream.runner import _stop_killed_a_helper
