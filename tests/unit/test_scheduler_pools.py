@@ -30,8 +30,7 @@ def test_the_pools_file_ships_in_the_wheel() -> None:
 
 
 def test_the_status_store_keeps_a_bounded_history_unless_the_operator_says_otherwise() -> None:
-    """W4: the driver's heap grew with the rounds run while the defaults (1,000 jobs,
-    stages and executions) were not yet reached."""
+    """A continuous relay would otherwise hold 1,000 jobs, stages and executions."""
     conf = base_conf(build_config({"spark": {"resolve_packages": False}}, env={}))
     for key in ("spark.ui.retainedJobs", "spark.ui.retainedStages",
                 "spark.sql.ui.retainedExecutions"):
