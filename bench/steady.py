@@ -53,13 +53,13 @@ class Running:
             raise RuntimeError("nothing arrived within 10 minutes")
         warm = Load(rate, W2_TX, seconds, topics, W2_KEYS)
         n = generate(self.url, warm, self.run_dir / "warmup.bin", start_seq=WARMUP_SEQ)
-        copied = self.ledger is None or _first_copy(self.ledger, FIRST_COPY_WAIT_S)
+        copied = self.ledger is None or wait_for_first_copy(self.ledger, FIRST_COPY_WAIT_S)
         if not copied:
             log(f"warm-up: no ledger copy within {FIRST_COPY_WAIT_S:.0f} s")
         return self.consumer.wait_for(10 + n, 300) and copied
 
 
-def _first_copy(ledger: Path, timeout_s: float) -> bool:
+def wait_for_first_copy(ledger: Path, timeout_s: float) -> bool:
     """Whether the Delta ledger has a commit, within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -15,7 +15,7 @@ from bench.plan import make_plan
 from bench.repeat import alternate, by_repetition, run_measured, spoiled, spread, summarize
 from bench.report import soak_bounded
 from bench.soak import per_minute_p99, steady
-from bench.steady import _first_copy
+from bench.steady import wait_for_first_copy
 from bench.w2c import saturated, slope
 
 ALL = ["STARTSTOP", "W1", "W1H", "W2", "W3", "W3H", "W4", "W5", "W6", "SOAK", "W2C"]
@@ -125,7 +125,7 @@ def test_the_plan_keeps_three_runs_and_cuts_elsewhere_first() -> None:
 
 def test_the_relays_warm_up_waits_for_a_first_commit_of_its_ledger(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    assert not _first_copy(ledger, 0.1)  # nothing copied yet
+    assert not wait_for_first_copy(ledger, 0.1)  # nothing copied yet
     (ledger / "_delta_log").mkdir(parents=True)
     (ledger / "_delta_log" / "00000000000000000000.json").write_text("{}")
-    assert _first_copy(ledger, 0.1)
+    assert wait_for_first_copy(ledger, 0.1)
