@@ -123,8 +123,11 @@ def _soak(outcomes: list[dict[str, Any]]) -> list[str]:
             f"{num(o['rows'])} messages at {num(o.get('achieved_rate'))} msg/s, one run. p99 "
             f"per {o['minute_s']:.0f} s: {o['p99_per_minute']}. First against last: "
             f"{fl['first']} s against {fl['last']} s. Ledger files at the end: "
+            f"{last.get('active_files')} in the table (at most "
+            f"{max((s.get('active_files') or 0 for s in samples), default=None)}); on disk "
             f"{last.get('parquet_files')} parquet, {last.get('delta_log_entries')} _delta_log "
-            f"entries; queue table {num(last.get('queue_bytes'))} bytes (max "
+            f"entries (until VACUUM and the log's retention); queue table "
+            f"{num(last.get('queue_bytes'))} bytes (max "
             f"{num(max((s['queue_bytes'] for s in samples), default=None))}), sampled every "
             f"15 s ({len(samples)} samples in bench.json).", ""]
 

@@ -61,8 +61,10 @@ def targets(figs: dict[str, Any], runs_of: Callable[[str], int | None]) -> list[
         lambda v: v >= 1.5, "{:.1f}x")
     add("SOAK", "soak p99, last 5 min / first 5 min", "within 20%",
         "soak_p99_last_over_first", lambda v: abs(v - 1) <= 0.2, "{:.2f}")
-    add("SOAK", "soak: ledger files and queue table bounded", "bounded", "soak_bounded",
-        lambda v: all(x is None or x["bounded"] for x in v.values()), "bounded")
+    # A series not sampled (a report of an older run) is no evidence of a bound.
+    add("SOAK", "soak: ledger table's files and queue table bounded", "bounded",
+        "soak_bounded", lambda v: all(x is not None and x["bounded"] for x in v.values()),
+        "bounded")
     add("STARTSTOP", "start-up, launch to first lock (s, median)", "<= 10 s", "startup_s",
         lambda v: v <= 10, "{:.1f}")
     add("STARTSTOP", "stop, SIGTERM to exit while idle (s, median)", "<= 5 s", "stop_s",

@@ -20,11 +20,23 @@ from bench.steady import latency_extra, read_latencies, relay_summary, running
 SOAK_RATE, SAMPLE_S, STEADY_SHARE = 2000, 15.0, 0.20
 
 
-def ledger_files(path: Path) -> dict[str, int]:
-    """Parquet files and _delta_log entries (commits and checkpoints) under `path`."""
+def ledger_files(path: Path) -> dict[str, int | None]:
+    """The table's files (its snapshot, from the Delta log: what a reader opens, kept
+    small by the relay's compaction), and what is on disk under `path`: parquet files
+    (replaced ones too, until VACUUM) and _delta_log entries (commits and checkpoints,
+    until the log's retention)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
     logs = [p for p in path.rglob("*") if p.parent.name == "_delta_log" and p.is_file()]
-    return {"parquet_files": sum(1 for _ in path.rglob("*.parquet")) - sum(
-        1 for p in logs if p.suffix == ".parquet"), "delta_log_entries": len(logs)}
+    try:
+        active: int | None = len(DeltaTable(str(path)).file_uris())
+    except TableNotFoundError:
+        active = None  # no copy yet
+    return {"active_files": active,
+            "parquet_files": sum(1 for _ in path.rglob("*.parquet")) - sum(
+                1 for p in logs if p.suffix == ".parquet"),
+            "delta_log_entries": len(logs)}
 
 
 def queue_bytes(url: str) -> int:

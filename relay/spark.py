@@ -15,6 +15,24 @@ from relay.spark_jars import cached_jars
 REDACTION_REGEX = r"(?i)secret|password|passwd|token|access[.]?key|jaas|credential"
 
 
+# The driver's status store keeps every job, stage and SQL execution up to these counts
+# (defaults 1,000 each, and 100,000 tasks a stage), with the UI off too: its listeners
+# feed the status API. A continuous relay runs several jobs a second and never stops, so
+# it reaches any cap within minutes and then holds that much history (plans, metrics)
+# for good: the relay reads none of it, so it keeps little. An operator's spark.conf
+# still overrides these.
+STATUS_RETENTION = {
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "1000",
+    "spark.ui.retainedDeadExecutors": "10",
+    "spark.sql.ui.retainedExecutions": "50",
+    "spark.sql.streaming.ui.retainedQueries": "10",
+    "spark.sql.streaming.ui.retainedProgressUpdates": "20",
+    "spark.sql.streaming.numRecentProgressUpdates": "20",
+}
+
+
 def base_conf(config: Config) -> dict[str, str]:
     conf = {
         "spark.ui.enabled": "false",
@@ -31,8 +49,15 @@ def base_conf(config: Config) -> dict[str, str]:
         "spark.sql.streaming.stopTimeout": "60000",
         # Small ledger tables: the default 50 snapshot partitions cost 50 tasks per read.
         "spark.databricks.delta.snapshotPartitions": "2",
+        # Every ledger copy adds a small file: once 10 are there, the copy that made them
+        # so compacts them (after its commit, in the ledger's pool), so a relay that runs
+        # for months keeps a bounded snapshot without `ledger maintain`. Files replaced
+        # stay on disk until that command's VACUUM, after `ledger.retention_hours`.
+        "spark.databricks.delta.autoCompact.enabled": "true",
+        "spark.databricks.delta.autoCompact.minNumFiles": "10",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        **STATUS_RETENTION,
     }
     pools = Path(__file__).with_name("fairscheduler.xml")
     if pools.is_file():  # not when the relay is imported from a zip (--py-files)

@@ -101,10 +101,25 @@ def lookup(
     find it in neither.
     """
     staged = staged_records(db, message_id, topic)
+    return merged(staged, copied_records(db, path, message_id, topic, storage_options))
+
+
+def copied_records(
+    db: Database,
+    path: str,
+    message_id: int,
+    topic: str | None,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[LedgerRecord]:
+    """The message's records in the Delta table (none before the first copy)."""
     table = open_table(path, storage_options)
-    copied = (
-        delta_records(table, message_id, topic, staging.origin(db)) if table is not None else []
-    )
+    if table is None:
+        return []
+    return delta_records(table, message_id, topic, staging.origin(db))
+
+
+def merged(staged: list[LedgerRecord], copied: list[LedgerRecord]) -> list[LedgerRecord]:
+    """Copied records by time, then the staged ones not copied meanwhile."""
     seen = {_identity(r) for r in copied}
     by_time = sorted(copied, key=lambda r: (r.relayed_at is None, r.relayed_at or 0, r.topic))
     return by_time + [r for r in staged if _identity(r) not in seen]

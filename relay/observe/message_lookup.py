@@ -13,7 +13,7 @@ from typing import Any
 
 from relay.control.db import Database
 from relay.errors import RelayError
-from relay.ledger.lookup import LedgerRecord, lookup, staged_records
+from relay.ledger.lookup import LedgerRecord, copied_records, merged, staged_records
 from relay.ledger.show import partition_text
 from relay.observe import queries
 
@@ -29,10 +29,12 @@ def find_message(db: Database, ledger_path: str, message_id: int) -> dict[str, A
             cur.execute(statement, {"id": message_id})
             found[name] = [dict(r) for r in cur.fetchall()]
     delta_error = None
+    # Staging first, as in relay.ledger.lookup.lookup; it still answers when Delta fails.
+    staged = staged_records(db, message_id, None)
     try:
-        records = lookup(db, ledger_path, message_id)
-    except RelayError as exc:  # the staged half still answers
-        records, delta_error = staged_records(db, message_id, None), str(exc)
+        records = merged(staged, copied_records(db, ledger_path, message_id, None))
+    except RelayError as exc:
+        records, delta_error = staged, str(exc)
     for where in ("staging", "delta"):
         found[where] = [_plain(r) for r in records if r.where == where]
     return {"message_id": message_id, **found, "delta_error": delta_error}

@@ -17,7 +17,7 @@ from deltalake import write_deltalake
 
 from relay.errors import ConfigError, RelayError
 from relay.ledger.delta_read import open_table
-from relay.ledger.lookup import LedgerRecord, delta_records
+from relay.ledger.lookup import LedgerRecord, delta_records, merged
 from relay.ledger.show import describe, not_found, partition_text
 
 AT = dt.datetime(2026, 3, 1, 12, 0, 5, 250000, tzinfo=dt.UTC)
@@ -146,3 +146,14 @@ def test_a_corrupt_delta_log_is_one_clear_line(tmp_path: Path) -> None:
     with pytest.raises(RelayError, match="cannot read the Delta ledger at ") as caught:
         open_table(path)
     assert "\n" not in str(caught.value)
+
+
+def test_a_record_copied_between_the_two_reads_is_kept_once_as_copied() -> None:
+    def rec(session: str, where: str, minute: int) -> LedgerRecord:
+        return LedgerRecord("t", 7, "published", session, "relay-a",
+                            AT + dt.timedelta(minutes=minute), where)
+
+    staged = [rec("s-2", "staging", 2), rec("s-3", "staging", 3)]
+    copied = [rec("s-2", "delta", 2), rec("s-1", "delta", 1)]
+    assert [(r.session_id, r.where) for r in merged(staged, copied)] == [
+        ("s-1", "delta"), ("s-2", "delta"), ("s-3", "staging")]

@@ -1,4 +1,5 @@
-"""The ledger's copies run in a scheduler pool of their own, behind the rounds' writes."""
+"""The session's own settings: the ledger's copies run in a scheduler pool of their own,
+behind the rounds' writes, and the driver keeps a bounded history of its jobs."""
 
 from __future__ import annotations
 
@@ -26,3 +27,16 @@ def test_the_pools_file_ships_in_the_wheel() -> None:
 
     data = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert "fairscheduler.xml" in data["tool"]["setuptools"]["package-data"]["relay"]
+
+
+def test_the_status_store_keeps_a_bounded_history_unless_the_operator_says_otherwise() -> None:
+    """A continuous relay would otherwise hold 1,000 jobs, stages and executions."""
+    conf = base_conf(build_config({"spark": {"resolve_packages": False}}, env={}))
+    for key in ("spark.ui.retainedJobs", "spark.ui.retainedStages",
+                "spark.sql.ui.retainedExecutions"):
+        assert int(conf[key]) <= 100, key
+    assert int(conf["spark.ui.retainedTasks"]) <= 10_000
+    mine = base_conf(build_config(
+        {"spark": {"resolve_packages": False,
+                   "conf": {"spark.sql.ui.retainedExecutions": "500"}}}, env={}))
+    assert mine["spark.sql.ui.retainedExecutions"] == "500"
