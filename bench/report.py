@@ -150,7 +150,9 @@ def figures_of(w: Outcomes) -> dict[str, Any]:
                 f["stop_s"] = o["stop_s"]["median"]
         if "W4" in w and v == RELAY:
             rows = sorted(w["W4"], key=lambda o: o["rows"])
-            if len(rows) == 2:
+            # A drain that did not exit 0 says nothing of its memory: one that ran out of
+            # heap ends at the limit whatever the backlog (the copy's OOM, 52).
+            if len(rows) == 2 and all(o.get("exit_code") == 0 for o in rows):
                 f["w4_jvm_rss_ratio"] = ratio(rows[1]["jvm_peak_rss_mb"],
                                               rows[0]["jvm_peak_rss_mb"])
                 f["w4_heap_ratio"] = ratio(rows[1].get("heap_after_gc_max_mb"),

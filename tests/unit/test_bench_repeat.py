@@ -129,3 +129,17 @@ def test_the_relays_warm_up_waits_for_a_first_commit_of_its_ledger(tmp_path: Pat
     (ledger / "_delta_log").mkdir(parents=True)
     (ledger / "_delta_log" / "00000000000000000000.json").write_text("{}")
     assert wait_for_first_copy(ledger, 0.1)
+
+
+def test_w4_ratios_need_drains_that_exited_cleanly_and_the_soak_cell_names_its_series() -> None:
+    from bench.report import figures_of
+    from bench.report_sections import fmt
+
+    def w4(code: int) -> dict[str, Any]:
+        return {"W4": [{"contender": "relay", "rows": n, "jvm_peak_rss_mb": 100.0 * n,
+                        "heap_after_gc_max_mb": 50.0, "exit_code": code} for n in (1, 5)]}
+
+    assert figures_of(w4(0))["relay"]["w4_heap_ratio"] == pytest.approx(1.0)
+    assert "w4_heap_ratio" not in figures_of(w4(52)).get("relay", {})  # out of heap
+    assert fmt({"active_files": None, "queue_bytes": {"bounded": True}}, "bounded") == \
+        "active_files not sampled; queue_bytes bounded"
