@@ -104,9 +104,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "W4": _BULK,
     # W5 mixes a trickle on 100 topics with one big backlog: the trickle's settings, with
     # the bulk batch size so the big topic is not drained in tiny claims.
-    # While the busy topics wait beside it, the big one takes 4,000 rows a round.
-    "W5": {**_TRICKLE, "relay": {**_TRICKLE["relay"], "batch_size": 10_000,
-                                 "shared_round_rows": 4_000}},
+    "W5": {**_TRICKLE, "relay": {**_TRICKLE["relay"], "batch_size": 10_000}},
     "W6": _BULK,
     "SOAK": _TRICKLE,
     "W2C": _TRICKLE,

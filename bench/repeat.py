@@ -96,6 +96,10 @@ def summarize(outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     inner = [r[key].get(k) for r in runs]
                     if _numeric(v) and all(_numeric(x) for x in inner):
                         ranges[f"{key}.{k}"] = [min(inner), max(inner)]
+        codes = [r["exit_code"] for r in runs if "exit_code" in r]
+        if codes:  # a code names an outcome: no median, and a failed run is never hidden
+            merged["exit_codes"] = codes
+            merged["exit_code"] = next((c for c in codes if c != 0), 0)
         merged["contender"] = name
         merged["runs"] = len(runs)
         merged["range"] = ranges

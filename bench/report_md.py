@@ -185,7 +185,8 @@ def _drain_table(title: str, outcomes: list[dict[str, Any]], figs: dict[str, Any
         elif "phases_s" in c:
             notes = ", ".join(f"{k} {v} s" for k, v in c["phases_s"].items() if v >= 0.5)
         elif "batches" in c:
-            notes = f"{c['batches']} micro-batches, exit {c.get('exit_code')}"
+            codes = c.get("exit_codes") or [c.get("exit_code")]
+            notes = f"{c['batches']} micro-batches, exit {', '.join(map(str, codes))}"
         if "ms_per_topic" in c:
             notes += f"; {c['ms_per_topic']:.1f} ms per topic"
         if "cpu_machine_s_per_1k" in c:

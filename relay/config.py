@@ -160,11 +160,6 @@ class RelaySettings(_Model):
     source_name: str = Field("outbox-relay", min_length=1)
     batch_size: int = Field(10_000, ge=1, le=1_000_000)
     max_batch_bytes: int = Field(256 * 1024 * 1024, ge=1024)
-    # What the backlogged topics of a round (those with batch_size rows or more) take
-    # together while topics whose whole backlog fits in the round wait beside them; 0: no
-    # cap. Otherwise one big backlog stretches every round the others wait for (bench
-    # W5). Each backlogged topic still sends at least its first row a round.
-    shared_round_rows: int = Field(10_000, ge=0)
     poll_interval_s: float = Field(0.2, gt=0)
     lock_timeout_s: float = Field(60.0, gt=0)
     heartbeat_interval_s: float = Field(10.0, gt=0)

@@ -77,35 +77,20 @@ first_problem AS (
 ),
 healthy AS (
     SELECT c.*, sum(c.size) OVER (PARTITION BY c.topic ORDER BY c.id) AS running_bytes,
-           row_number() OVER (PARTITION BY c.topic ORDER BY c.id) AS n,
-           -- The claim's row limit was reached: more of the topic may wait behind it.
-           count(*) OVER (PARTITION BY c.topic) >= %(limit)s AS backlogged
+           row_number() OVER (PARTITION BY c.topic ORDER BY c.id) AS n
     FROM candidate c LEFT JOIN first_problem f ON f.topic = c.topic
     WHERE f.bad_id IS NULL OR c.id < f.bad_id
 ),
-fits AS (
-    SELECT h.*,
-           -- The backlogged topics' rows taken in turns (every topic's 1st row, then
-           -- every 2nd...), so that a cut keeps a prefix of each topic: its id order.
-           row_number() OVER (PARTITION BY h.backlogged ORDER BY h.n, h.topic) AS turn,
-           bool_or(h.backlogged) OVER () AND bool_or(NOT h.backlogged) OVER () AS mixed
-    FROM healthy h
-    WHERE h.running_bytes <= %(batch_bytes)s OR h.n = 1
-),
 chosen AS (
-    SELECT f.*,
+    SELECT h.*,
            -- Kafka compacts by record key, but only within a partition: a later row
            -- supersedes only with the same key AND the same partitioning bytes.
-           f.compact AND f.key IS NOT NULL
-           AND f.id < max(f.id) OVER (
-               PARTITION BY f.topic, f.key, relay_partitioning_key(f.partition_key, f.key)
+           h.compact AND h.key IS NOT NULL
+           AND h.id < max(h.id) OVER (
+               PARTITION BY h.topic, h.key, relay_partitioning_key(h.partition_key, h.key)
            ) AS superseded
-    FROM fits f
-    -- Beside topics whose whole backlog fits in this round, the backlogged ones share
-    -- the shared-rows budget (each keeps its head): a big backlog must not stretch the
-    -- round that the others wait for. Among backlogged topics only, nothing is cut.
-    WHERE NOT f.mixed OR NOT f.backlogged OR f.n = 1
-          OR %(shared_rows)s::bigint IS NULL OR f.turn <= %(shared_rows)s::bigint
+    FROM healthy h
+    WHERE h.running_bytes <= %(batch_bytes)s OR h.n = 1
 ),
 session AS (
     INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids, compacted_ids)
@@ -202,10 +187,7 @@ class Claims:
         self.header_prefix = header_prefix
         self.source_name = source_name
 
-    def claim(self, limits: Sequence[TopicLimits], limit: int, batch_bytes: int,
-              shared_rows: int | None = None) -> ClaimBatch:
-        """Up to `limit` rows and `batch_bytes` of each topic; `shared_rows` caps what the
-        backlogged topics take together when others wait beside them (None: no cap)."""
+    def claim(self, limits: Sequence[TopicLimits], limit: int, batch_bytes: int) -> ClaimBatch:
         topics = [t.topic for t in limits]
         params = {
             "topics": topics,
@@ -217,7 +199,6 @@ class Claims:
             "prefix": self.header_prefix,
             "limit": limit,
             "batch_bytes": batch_bytes,
-            "shared_rows": shared_rows,
         }
         with self.db.transaction() as cur:
             cur.execute(CLEAR_STALE_SESSIONS, {"topics": topics, "token": self.token,

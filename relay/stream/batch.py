@@ -195,8 +195,7 @@ class BatchProcessor:
         settings = self.relay.config.relay
         with self.metrics.phase("claim"):
             batch = self.relay.claims.claim(limits, settings.batch_size,
-                                            settings.max_batch_bytes,
-                                            settings.shared_round_rows or None)
+                                            settings.max_batch_bytes)
         for c in batch.claims:
             # Under park, the next batch parks the bad row before claiming.
             if c.bad_id is not None and self._policy(c.topic) == "block":

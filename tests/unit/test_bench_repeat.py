@@ -143,3 +143,9 @@ def test_w4_ratios_need_drains_that_exited_cleanly_and_the_soak_cell_names_its_s
     assert "w4_heap_ratio" not in figures_of(w4(52)).get("relay", {})  # out of heap
     assert fmt({"active_files": None, "queue_bytes": {"bounded": True}}, "bounded") == \
         "active_files not sampled; queue_bytes bounded"
+
+
+def test_exit_codes_are_listed_not_averaged() -> None:
+    runs = [{"contender": "relay", "msgs_per_s": 1.0, "exit_code": c} for c in (0, 52)]
+    (merged,) = summarize(runs)
+    assert (merged["exit_codes"], merged["exit_code"]) == ([0, 52], 52)
