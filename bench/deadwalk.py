@@ -1,11 +1,17 @@
 """Does the peer's `ORDER BY id LIMIT 1000` walk the rows it deleted before?
 
-``python -m bench.deadwalk URL [--hold]``: a table shaped like kafka_messages (300,000
-rows of 1 KB over 10 topics, index (topic, id)), then 30 rounds of the peer's select on
-one topic followed by its deletes in groups of 10, autocommit; every third round prints
-the select's EXPLAIN (ANALYZE, BUFFERS). With ``--hold`` another session holds an xid
-open throughout. Growing buffers per round mean the deleted rows' index entries are not
-being marked dead, so every select revisits their heap pages.
+``python -m bench.deadwalk URL [--index-only] [--hold]``: a table shaped like
+kafka_messages (300,000 rows of 1 KB over 10 topics, index (topic, id)), then 30 rounds
+of the peer's select on one topic followed by its deletes in groups of 10, autocommit;
+every third round prints the select's EXPLAIN (ANALYZE, BUFFERS) and how many entries of
+the (topic, id) index are marked dead (pageinspect's ``bt_page_items``).
+
+The peer's select fetches the payload, so it is a plain index scan. ``--index-only``
+selects only ``id``, an index-only scan of the same index. On PostgreSQL 18.6 (data
+checksums on) the index-only scan marks the deleted rows' entries dead as it passes
+them, and the plain scan never does: its buffers grow by about 1,450 a round, the heap
+pages of every row deleted before. With ``--hold`` another session holds an xid open
+throughout, which stops both from marking.
 """
 
 from __future__ import annotations
@@ -15,43 +21,60 @@ import re
 
 import psycopg2
 
-SETUP = """
-DROP TABLE IF EXISTS bench_deadwalk;
-CREATE TABLE bench_deadwalk (id bigserial PRIMARY KEY, topic varchar NOT NULL,
-                             message bytea, key bytea, partition_key varchar);
-CREATE INDEX bench_deadwalk_topic_id ON bench_deadwalk (topic, id);
-INSERT INTO bench_deadwalk (topic, message, key)
-SELECT 't' || (i % 10), repeat('x', 1000)::bytea, ('k' || i)::bytea
-FROM generate_series(1, 300000) i;
-"""
-SELECT = ("SELECT id, topic, message, key, partition_key FROM bench_deadwalk "
-          "WHERE topic = %s ORDER BY id LIMIT 1000")
+SETUP = (
+    "DROP TABLE IF EXISTS bench_deadwalk",
+    "CREATE TABLE bench_deadwalk (id bigserial PRIMARY KEY, topic varchar NOT NULL, "
+    "message bytea, key bytea, partition_key varchar)",
+    "CREATE INDEX bench_deadwalk_topic_id ON bench_deadwalk (topic, id)",
+    "INSERT INTO bench_deadwalk (topic, message, key) "
+    "SELECT 't' || (i % 10), repeat('x', 1000)::bytea, ('k' || i)::bytea "
+    "FROM generate_series(1, 300000) i",
+    "CREATE EXTENSION IF NOT EXISTS pageinspect",
+)
+PEER_SELECT = ("SELECT id, topic, message, key, partition_key FROM bench_deadwalk "
+               "WHERE topic = %s ORDER BY id LIMIT 1000")
+IDS_SELECT = "SELECT id FROM bench_deadwalk WHERE topic = %s ORDER BY id LIMIT 1000"
 DELETE = "DELETE FROM bench_deadwalk WHERE topic = %s AND id IN %s"
+# Leaf and inner pages alike: block 0 is the metapage.
+DEAD_ENTRIES = """
+SELECT count(*) FILTER (WHERE dead)
+FROM generate_series(1, (pg_relation_size('bench_deadwalk_topic_id') / 8192)::int - 1) b,
+     LATERAL bt_page_items('bench_deadwalk_topic_id', b)
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.deadwalk")
     p.add_argument("url")
     p.add_argument("--hold", action="store_true", help="hold an xid open in another session")
+    p.add_argument("--index-only", action="store_true",
+                   help="select only id (an index-only scan) instead of the peer's columns")
     args = p.parse_args(argv)
+    select = IDS_SELECT if args.index_only else PEER_SELECT
     conn = psycopg2.connect(args.url)
     conn.autocommit = True
     holder = None
     with conn.cursor() as cur:
-        cur.execute(SETUP)
+        for statement in SETUP:
+            cur.execute(statement)
         cur.execute("VACUUM ANALYZE bench_deadwalk")
         if args.hold:
             holder = psycopg2.connect(args.url)
             holder.cursor().execute("SELECT pg_current_xact_id()")
         for n in range(30):
-            cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + SELECT, ("t0",))
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + select, ("t0",))
             plan = "\n".join(r[0] for r in cur.fetchall())
             if n % 3 == 0:
                 ms = re.search(r"Execution Time: ([\d.]+)", plan)
                 buffers = re.search(r"Buffers: (.*)", plan)
-                print(f"round {n:2d}: {ms.group(1) if ms else '?'} ms, "
-                      f"{buffers.group(1) if buffers else '?'}", flush=True)
-            cur.execute(SELECT, ("t0",))
+                scan = re.search(r"(Index Only Scan|Index Scan|Seq Scan|Bitmap)", plan)
+                cur.execute(DEAD_ENTRIES)
+                dead = cur.fetchone()
+                print(f"round {n:2d}: {scan.group(1) if scan else '?'}, "
+                      f"{ms.group(1) if ms else '?'} ms, "
+                      f"{buffers.group(1) if buffers else '?'}, "
+                      f"dead index entries {dead[0] if dead else '?'}", flush=True)
+            cur.execute(select, ("t0",))
             ids = [r[0] for r in cur.fetchall()]
             for i in range(0, len(ids), 10):
                 cur.execute(DELETE, ("t0", tuple(ids[i:i + 10])))
