@@ -23,7 +23,7 @@ BUDGET_S = 120 * 60
 _FULL: dict[str, tuple[tuple[float, float, float], float]] = {
     "STARTSTOP": ((20, 0, 0), 0),
     "W1": ((85, 300, 275), 70 + 130),  # + the ledger-deferred run and the limits
-    # The peer's held runs: 312 s at the 5-minute cap, which they barely reached.
+    # The peer's held runs end at the 5-minute cap (312 s with their load): none finishes.
     "W1H": ((110, 330, 330), 0),
     "W2": ((100, 90, 0), 20),  # + the floor probe
     "W3": ((60, 14, 10), 70),  # + the limits
