@@ -28,7 +28,10 @@ sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from relay.config_load import load_config  # noqa: E402
 from relay.control.db import Database  # noqa: E402
+from relay.control.kafka_admin import KafkaAdmin, TopicInfo  # noqa: E402
+from relay.control.locks import ENSURE_TOPICS  # noqa: E402
 from relay.control.migrate import migrate  # noqa: E402
+from relay.control.topic_meta import TopicMeta  # noqa: E402
 from relay.data.plan import RecordPlan  # noqa: E402
 from relay.data.sink import write_records  # noqa: E402
 from relay.spark import build_session  # noqa: E402
@@ -47,13 +50,6 @@ WHERE lock_token = %s
 ROWS = "SELECT count(*) AS n FROM kafka_messages"
 
 
-def _partition_counts(bootstrap: str, topics: list[str]) -> dict[str, int]:
-    from confluent_kafka.admin import AdminClient
-
-    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
-    return {t: len(meta.topics[t].partitions) for t in topics}
-
-
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--config", required=True)
@@ -66,7 +62,11 @@ def main() -> int:
     row = db.one(ROWS)
     rows = int(row["n"]) if row else 0
     topics = [r["topic"] for r in db.all("SELECT DISTINCT topic FROM relay_sessions")]
-    counts = _partition_counts(config.kafka.bootstrap_servers, topics)
+    # What the relay's topic check stores before a claim; the read brings it to each row.
+    db.execute(ENSURE_TOPICS, (topics,))
+    infos = KafkaAdmin(config.kafka).describe(topics)
+    TopicMeta(db).note_present({t: i.partitions for t, i in infos.items()
+                                if isinstance(i, TopicInfo)})
     started = time.perf_counter()
     spark = build_session(config)
     session_s = time.perf_counter() - started
@@ -74,7 +74,7 @@ def main() -> int:
     passes = []
     for _ in range(2):
         begun = time.perf_counter()
-        write_records(plan.records(counts), config.kafka)
+        write_records(plan.records(topics), config.kafka)
         passes.append(time.perf_counter() - begun)
     spark.stop()
     db.close()

@@ -1,16 +1,17 @@
 """The Spark plan of a batch's Kafka records, built once per session and reused.
 
 Building and analysing it (the murmur2 expression most) took longer than writing a
-1,000-row batch (bench/, W2); the read names no batch (relay.data.read), so one
-analysed DataFrame sends every batch. It is built again only when a topic's partition
-count is new or changed, since the counts are part of the plan. Topics whose rule names
-a transform go through relay.data.transform, in branches of their own.
+1,000-row batch (bench/, W2); the read names no batch (relay.data.read), and each row
+brings its topic's partition count (relay/schemas/0014), so one analysed DataFrame sends
+every batch, whatever its topics. Topics whose rule names a transform go through
+relay.data.transform, in branches of their own, filtered by topic: a transformed topic
+new to the session is the one thing that builds the plans again.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -30,7 +31,8 @@ class RecordPlan:
         self._spark = spark
         self._config = config
         self._token = token
-        self._counts: dict[str, int] = {}
+        # The transformed topics seen this session: the plain branch's filter names them.
+        self._seen_transformed: set[str] = set()
         # Whole-batch plans by (plain topics present, transforms present).
         self._plans: dict[tuple[bool, frozenset[str]], DataFrame] = {}
         self._counter: RowCounter | None = None
@@ -43,29 +45,30 @@ class RecordPlan:
             self._transform_of[topic] = rule.transform
         return self._transform_of[topic]
 
-    def records(self, counts: Mapping[str, int], topics: Collection[str] | None = None,
-                ids: IdRange | None = None) -> DataFrame:
-        """The records of this relay's current batch: all of them, or (bisection and
-        isolation, whose plans serve one write) only those of `topics` with ids in `ids`.
+    def records(self, topics: Collection[str], ids: IdRange | None = None, *,
+                whole: bool = True) -> DataFrame:
+        """The records of this relay's current batch, whose topics are `topics`: all of
+        them (`whole`), or (bisection and isolation, whose plans serve one write) only
+        those of `topics`, with ids in `ids` when given.
 
         A batch without a transformed topic gets the plan it always had: no second read,
         no sort, no Python worker. With one, each transform has a branch of its own, read
         by a JDBC query of its own that PostgreSQL filters by topic, so every row crosses
         the wire once (README, "Transforms")."""
-        if any(self._counts.get(t) != n for t, n in counts.items()):
-            # Topics seen before stay in the map: a batch without them still reuses the plan.
-            self._counts = {**self._counts, **counts}
+        new = {t for t in topics if self.transform_of(t) is not None} - self._seen_transformed
+        if new:
+            # Topics seen before stay in the set: a batch without them still reuses the plan.
+            self._seen_transformed |= new
             self._plans.clear()
-        batch = list(counts if topics is None else topics)
-        specs = frozenset(s for t in batch if (s := self.transform_of(t)) is not None)
-        plain = any(self.transform_of(t) is None for t in batch) or not specs
-        if topics is None and ids is None:
+        specs = frozenset(s for t in topics if (s := self.transform_of(t)) is not None)
+        plain = any(self.transform_of(t) is None for t in topics) or not specs
+        if whole and ids is None:
             key = (plain, specs)
             if key not in self._plans:
                 self._plans[key] = self._build(self._claimed(), plain, specs)
             return self._plans[key]
         claimed = self._claimed()
-        if topics is not None:
+        if not whole:
             claimed = claimed.where(F.col("topic").isin(sorted(topics)))
         if ids is not None:
             claimed = claimed.where(F.col("id").between(ids[0], ids[1]))
@@ -81,7 +84,7 @@ class RecordPlan:
         if not specs:
             return self._to_records(claimed)
         by_spec: dict[str, list[str]] = {}
-        for topic in sorted(self._counts):
+        for topic in sorted(self._seen_transformed):
             if (spec := self.transform_of(topic)) is not None:
                 by_spec.setdefault(spec, []).append(topic)
         transformed = sorted(t for ts in by_spec.values() for t in ts)
@@ -103,13 +106,12 @@ class RecordPlan:
             source_name=settings.source_name,
             header_prefix=settings.header_prefix,
             partitioner=settings.partitioner,
-            partition_counts=self._counts,
         )
 
     def _transformed(self, claimed: DataFrame, spec: str) -> DataFrame:
         settings = self._config.relay
         given = claimed.transform(in_key_order).transform(
-            transform_input, partitioner=settings.partitioner, partition_counts=self._counts)
+            transform_input, partitioner=settings.partitioner)
         out = load_transform(spec)(given)
         if not isinstance(out, DataFrame):
             raise ConfigError(f"transform {spec} returned {type(out).__name__}, "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -12,6 +11,9 @@ from relay.data.partitioning import Partitioner, partition_col, partitioning_key
 from relay.headers import HEADER_CREATED_AT, HEADER_ID, HEADER_SOURCE
 
 KAFKA_RECORD_COLUMNS = ("topic", "key", "value", "headers", "partition")
+# What the records are made from: the read's columns (relay/schemas/0014) but key_hash.
+CLAIMED_COLUMNS = ("id", "topic", "message", "key", "partition_key", "created_at", "headers",
+                   "partition_count")
 USER_HEADERS_TYPE = "map<string,string>"
 
 
@@ -55,26 +57,23 @@ def _headers(source_name: str, prefix: str) -> Column:
     return F.when(F.col("headers").isNull(), reserved).otherwise(F.concat(reserved, user))
 
 
-def _partition(partitioner: Partitioner, partition_counts: Mapping[str, int]) -> Column:
+def _partition(partitioner: Partitioner) -> Column:
     """Explicit partition from the partitioning bytes (`partitioning_key_col`).
 
     With murmur2 a row without partition_key keeps a null partition: the Java producer
     then applies the very same murmur2 to the record key, which is those same bytes.
     """
-    if not partition_counts:
-        return F.lit(None).cast("int")
-    explicit = original_partition(partitioner, partition_counts)
+    explicit = original_partition(partitioner)
     if partitioner == "murmur2":
         return F.when(F.col("partition_key").isNotNull(), explicit).cast("int")
     return explicit
 
 
-def original_partition(partitioner: Partitioner, partition_counts: Mapping[str, int]) -> Column:
-    """The partition of each row's partitioning bytes, whichever column they came from;
-    null for a keyless row (no bytes), or a topic whose partition count is not known."""
-    counts = F.create_map(*[F.lit(x) for kv in sorted(partition_counts.items()) for x in kv])
-    n = F.element_at(counts, F.col("topic"))
-    return partition_col(partitioner, partitioning_key_col(), n)
+def original_partition(partitioner: Partitioner) -> Column:
+    """The partition of each row's partitioning bytes, whichever column they came from,
+    among its topic's `partition_count` (read with the row, relay/schemas/0014); null for
+    a keyless row (no bytes), or a topic whose partition count is not known."""
+    return partition_col(partitioner, partitioning_key_col(), F.col("partition_count"))
 
 
 def to_kafka_records(
@@ -83,17 +82,10 @@ def to_kafka_records(
     source_name: str,
     header_prefix: str,
     partitioner: Partitioner,
-    partition_counts: Mapping[str, int],
 ) -> DataFrame:
-    """Claimed rows (id, topic, message, key, partition_key, created_at, headers) to records."""
+    """Claimed rows (in_key_order's columns) to records."""
     return claimed.select(
-        *_record_columns(
-            _active_context_id(),
-            source_name,
-            header_prefix,
-            partitioner,
-            tuple(sorted(partition_counts.items())),
-        )
+        *_record_columns(_active_context_id(), source_name, header_prefix, partitioner)
     )
 
 
@@ -109,24 +101,21 @@ def _record_columns(
     source_name: str,
     header_prefix: str,
     partitioner: Partitioner,
-    partition_counts: tuple[tuple[str, int], ...],
 ) -> tuple[Column, ...]:
-    """The record columns, built once per settings and topic set and reused by every
-    micro-batch: building them is hundreds of py4j calls (the murmur2 expression most),
-    on the latency path of each batch. A Column is an unresolved expression, bound to
-    no DataFrame, so reuse is safe; the context id keeps one SparkContext's from another.
+    """The record columns, built once per settings and reused by every micro-batch:
+    building them is hundreds of py4j calls (the murmur2 expression most), on the
+    latency path of each batch. A Column is an unresolved expression, bound to no
+    DataFrame, so reuse is safe; the context id keeps one SparkContext's from another.
     """
     return (
         F.col("topic").cast("string").alias("topic"),
         F.col("key").cast("binary").alias("key"),
         F.col("message").cast("binary").alias("value"),
         _headers(source_name, header_prefix).alias("headers"),
-        _partition(partitioner, dict(partition_counts)).alias("partition"),
+        _partition(partitioner).alias("partition"),
     )
 
 
 def in_key_order(claimed: DataFrame) -> DataFrame:
     """Sort each task's rows by id. The read already keeps every key in one task."""
-    return claimed.sortWithinPartitions("id").select(
-        "id", "topic", "message", "key", "partition_key", "created_at", "headers"
-    )
+    return claimed.sortWithinPartitions("id").select(*CLAIMED_COLUMNS)

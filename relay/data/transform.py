@@ -23,7 +23,7 @@ reorder or move rows, nor change `id`, `topic`, `created_at` or `_relay`.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, cast
 
 import pyarrow as pa
@@ -75,8 +75,7 @@ def _position() -> Column:
     return F.monotonically_increasing_id() - F.shiftleft(task, 33)
 
 
-def transform_input(claimed: DataFrame, *, partitioner: Partitioner,
-                    partition_counts: Mapping[str, int]) -> DataFrame:
+def transform_input(claimed: DataFrame, *, partitioner: Partitioner) -> DataFrame:
     """Claimed rows (in_key_order's columns) as the transform receives them."""
     counted = claimed.sortWithinPartitions(F.col("id").desc()).withColumn(_AFTER, _position())
     relay = F.struct(
@@ -86,7 +85,7 @@ def transform_input(claimed: DataFrame, *, partitioner: Partitioner,
         F.col("id").alias("id"),
         F.col("topic").cast("string").alias("topic"),
         F.col("created_at").alias("created_at"),
-        original_partition(partitioner, partition_counts).cast("int").alias("partition"),
+        original_partition(partitioner).cast("int").alias("partition"),
     )
     return counted.sortWithinPartitions("id").select(
         F.col("id"),

@@ -151,14 +151,14 @@ class BatchProcessor:
                          self._jvm_alive, on_lost=self._delivery.lock_lost)
         try:
             with beat:
-                limits, counts, doomed = self._topics.validate(locked, errors)
+                limits, doomed = self._topics.validate(locked, errors)
                 # A topic whose lock was lost gets no more work; the fenced SQL would
                 # refuse it anyway.
                 self._park_doomed([t for t in limits if t.topic not in beat.lost],
                                   {t: r for t, r in doomed.items() if t not in beat.lost}, errors)
                 limits = [t for t in limits if t.topic not in beat.lost]
                 if limits and not self.stop.requested:
-                    acknowledged = self._claim_and_send(limits, counts, errors)
+                    acknowledged = self._claim_and_send(limits, errors)
         finally:
             # The heartbeat renewed up to here; finish's first statement row-locks the
             # topics still held, so nobody can take them over until it commits.
@@ -189,7 +189,6 @@ class BatchProcessor:
     def _claim_and_send(
         self,
         limits: list[TopicLimits],
-        counts: dict[str, int],
         errors: dict[str, str],
     ) -> list[Claim]:
         settings = self.relay.config.relay
@@ -204,7 +203,7 @@ class BatchProcessor:
         if not sessions or batch.batch_id is None:
             return []
         with self.metrics.phase("write"):
-            outcome = self._delivery.deliver(batch.batch_id, sessions, counts)
+            outcome = self._delivery.deliver(batch.batch_id, sessions)
         self._written_at = time.monotonic()
         errors.update(outcome.errors)
         for topic, n in outcome.parked.items():

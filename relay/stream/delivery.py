@@ -91,12 +91,12 @@ class Delivery:
         with self._guard:
             return frozenset(self._lost)
 
-    def deliver(self, batch_id: int, sessions: list[Claim], counts: dict[str, int]) -> Outcome:
+    def deliver(self, batch_id: int, sessions: list[Claim]) -> Outcome:
         """One write for every session; on failure, bisection over topics, then message by
         message. Topics whose lock is lost are dropped: not sent again, not isolated,
         neither acknowledged nor errored (the new owner has them)."""
         try:
-            outcome = self._deliver(batch_id, sessions, counts)
+            outcome = self._deliver(batch_id, sessions)
             lost = self._lost_now()
             outcome.acknowledged = [c for c in outcome.acknowledged if c.topic not in lost]
             outcome.errors = {t: r for t, r in outcome.errors.items() if t not in lost}
@@ -118,18 +118,18 @@ class Delivery:
         for topic in outcome.parked.keys() - outcome.errors.keys():
             metrics.send_failure(topic, "record")
 
-    def _deliver(self, batch_id: int, sessions: list[Claim], counts: dict[str, int]) -> Outcome:
+    def _deliver(self, batch_id: int, sessions: list[Claim]) -> Outcome:
         topics = sorted(c.topic for c in sessions)
         self._batch_topics = frozenset(topics)
         self._sessions, self._isolating = list(sessions), {}
-        failure = self._try(counts, topics)
+        failure = self._try(topics)
         if failure is None:
             return Outcome(acknowledged=list(sessions))
         log.warning("write of batch %d failed: %s", batch_id, failure)
         if (down := self._outage(failure)) is not None:
             return Outcome(errors=dict.fromkeys(topics, down))
         found = bisect_topics(
-            topics, failure, lambda group: self._try(counts, group),
+            topics, failure, lambda group: self._try(group),
             named=set(self._named), outage=self._outage, lost=self._lost_now,
         )
         if len(topics) > 1:
@@ -140,7 +140,7 @@ class Delivery:
                           errors=dict(found.unavailable))
         for claim in sessions:
             if claim.topic in found.failing:
-                self._isolate(batch_id, counts, claim, found.failing[claim.topic], outcome)
+                self._isolate(batch_id, claim, found.failing[claim.topic], outcome)
         return outcome
 
     def _outage(self, reason: str) -> str | None:
@@ -151,14 +151,11 @@ class Delivery:
             return f"{OUTAGE_PREFIX}{down}"
         return None
 
-    def _isolate(self, batch_id: int, counts: dict[str, int], claim: Claim, reason: str,
-                 outcome: Outcome) -> None:
+    def _isolate(self, batch_id: int, claim: Claim, reason: str, outcome: Outcome) -> None:
         assert claim.session_id is not None
         ids = self.relay.claims.sent_ids(claim.session_id)
         self._isolating[claim.topic] = ids
-        result = isolate(
-            ids, reason, lambda a, b: self._try(counts, [claim.topic], (a, b))
-        )
+        result = isolate(ids, reason, lambda a, b: self._try([claim.topic], (a, b)))
         if result.delivered:
             self.relay.claims.truncate(claim.session_id, result.delivered)
             outcome.acknowledged.append(replace(claim, rows=len(result.delivered), compacted=0))
@@ -174,8 +171,7 @@ class Delivery:
         else:
             outcome.errors[claim.topic] = where
 
-    def _try(self, counts: dict[str, int], topics: Sequence[str],
-             ids: IdRange | None = None) -> str | None:
+    def _try(self, topics: Sequence[str], ids: IdRange | None = None) -> str | None:
         """One write of `topics` (those not lost); None when Kafka acknowledged it all."""
         tag = f"relay-write-{uuid.uuid4().hex}"
         with self._guard:
@@ -189,7 +185,7 @@ class Delivery:
         spark.setInterruptOnCancel(True)
         spark.addJobTag(tag)
         try:
-            self._write(counts, live, ids)
+            self._write(live, ids)
             return None
         except Exception as exc:  # any failed write: the caller decides what it means
             self._named = named_topics(str(exc), live)
@@ -200,10 +196,9 @@ class Delivery:
                 self._in_flight = None
                 self._ended.notify_all()
 
-    def _write(self, counts: dict[str, int], topics: list[str], ids: IdRange | None) -> None:
+    def _write(self, topics: list[str], ids: IdRange | None) -> None:
         whole = ids is None and frozenset(topics) == self._batch_topics
-        records = (self._plan.records(counts) if whole
-                   else self._plan.records(counts, topics, ids))
+        records = self._plan.records(topics, ids, whole=whole)
         transformed = sorted(t for t in topics if self._plan.transform_of(t) is not None)
         if transformed:
             self._plan.counter.reset()

@@ -24,13 +24,13 @@ class TopicCheck:
 
     def validate(
         self, locked: list[str], errors: dict[str, str]
-    ) -> tuple[list[TopicLimits], dict[str, int], dict[str, str]]:
+    ) -> tuple[list[TopicLimits], dict[str, str]]:
         """What fails for certain is caught before anything is sent.
 
-        Returns the limits of the sendable topics, their partition counts, and the
-        topics Kafka will never accept (illegal name, missing beyond the grace period)
-        with the reason. An outage is only an error: it must never make a healthy row
-        look doomed.
+        Returns the limits of the sendable topics, whose partition counts it stores for
+        the read (relay/schemas/0014), and the topics Kafka will never accept (illegal
+        name, missing beyond the grace period) with the reason. An outage is only an
+        error: it must never make a healthy row look doomed.
         """
         kafka = self.relay.config.kafka
         doomed = {t: p for t in locked if (p := topic_name_problem(t)) is not None}
@@ -40,14 +40,13 @@ class TopicCheck:
         except Exception as exc:
             reason = f"{OUTAGE_PREFIX}{describe_failure(exc)}"
             errors.update({t: reason for t in named})
-            return [], {}, doomed
+            return [], doomed
         present = {t: i for t in named if isinstance(i := infos.get(t), TopicInfo)}
         self._note_partitions({t: i.partitions for t, i in present.items()})
         self._sort_unavailable(
             {t: i for t, i in infos.items() if isinstance(i, TopicUnavailable)}, errors, doomed)
-        limits, counts = [], {}
+        limits = []
         for topic, info in present.items():
-            counts[topic] = info.partitions
             settings = self.relay.config.relay
             max_bytes = payload_allowance(info.max_message_bytes, kafka.max_request_size,
                                           kafka.compression_type, settings.header_prefix,
@@ -57,7 +56,7 @@ class TopicCheck:
             key_required = info.compacted and not failpoints.armed("stale_topic_config")
             limits.append(TopicLimits(topic, max_bytes, rule.compact, key_required,
                                       info.partitions, settings.partitioner))
-        return limits, counts, doomed
+        return limits, doomed
 
     def _sort_unavailable(self, unavailable: dict[str, TopicUnavailable],
                           errors: dict[str, str], doomed: dict[str, str]) -> None:

@@ -56,13 +56,12 @@ def test_one_poison_topic_among_many_is_found_in_log_n_writes(
     traffic += [[Msg(bad, b"k", b"ok-0")], [Msg(bad, None, b"no key")], [Msg(bad, b"k", b"ok-1")]]
     ids = insert(migrated_url, traffic)
     poison = ids[-2]
-    writes: list[tuple[list[str] | None, Any]] = []
+    writes: list[tuple[list[str], Any]] = []
     original = Delivery._write
 
-    def counted(self: Delivery, counts: dict[str, int], topics: list[str] | None,
-                id_range: Any) -> None:
+    def counted(self: Delivery, topics: list[str], id_range: Any) -> None:
         writes.append((topics, id_range))
-        original(self, counts, topics, id_range)
+        original(self, topics, id_range)
 
     monkeypatch.setattr(Delivery, "_write", counted)
     config = make_config([*healthy, bad], relay={
@@ -112,11 +111,10 @@ def test_a_lost_lock_cancels_the_write_in_flight_and_the_rest_is_sent_once(
         init(self, *args)
         deliveries.append(self)
 
-    def timed_write(self: Delivery, counts: dict[str, int], topics: list[str],
-                    id_range: Any) -> None:
+    def timed_write(self: Delivery, topics: list[str], id_range: Any) -> None:
         start = time.monotonic()
         try:
-            write(self, counts, topics, id_range)
+            write(self, topics, id_range)
         finally:
             writes.append((list(topics), start, time.monotonic()))
 

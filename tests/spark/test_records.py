@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from relay.data.partitioning import partition_for
 from relay.data.records import KAFKA_RECORD_COLUMNS, in_key_order, to_kafka_records
@@ -23,7 +24,9 @@ P = "outbox-relay."
 
 
 def _claimed(spark: SparkSession, rows: list[tuple[object, ...]]) -> DataFrame:
-    return spark.createDataFrame(rows, CLAIMED_SCHEMA)
+    """The rows as the read gives them: each with its topic's partition count (t: 4, u: 3)."""
+    count = F.when(F.col("topic") == "t", 4).when(F.col("topic") == "u", 3)
+    return spark.createDataFrame(rows, CLAIMED_SCHEMA).withColumn("partition_count", count)
 
 
 def _records(df: DataFrame, partitioner: str = "murmur2") -> DataFrame:
@@ -32,7 +35,6 @@ def _records(df: DataFrame, partitioner: str = "murmur2") -> DataFrame:
         source_name="src",
         header_prefix=P,
         partitioner=partitioner,
-        partition_counts={"t": 4, "u": 3},
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from relay.data.partitioning import partition_for
 from relay.data.records import in_key_order
@@ -26,12 +27,12 @@ CLAIMED_SCHEMA = (
 )
 CREATED = "2026-01-02 03:04:05.678901"
 P = "outbox-relay."
-COUNTS = {"t": 4}
 
 
 def _claimed(spark: SparkSession, rows: list[tuple[object, ...]], tasks: int = 1) -> DataFrame:
     """`rows` split into `tasks` tasks in order (parallelize slices evenly)."""
-    return spark.createDataFrame(spark.sparkContext.parallelize(rows, tasks), CLAIMED_SCHEMA)
+    rdd = spark.sparkContext.parallelize(rows, tasks)
+    return spark.createDataFrame(rdd, CLAIMED_SCHEMA).withColumn("partition_count", F.lit(4))
 
 
 def _rows(n: int, marked: dict[int, bytes] | None = None) -> list[tuple[object, ...]]:
@@ -44,7 +45,7 @@ def _run(spark: SparkSession, claimed: DataFrame, fn: Transform,
          partitioner: str = "murmur2") -> tuple[DataFrame, RowCounter]:
     counter = RowCounter(spark)
     given = claimed.transform(in_key_order).transform(
-        transform_input, partitioner=partitioner, partition_counts=COUNTS)
+        transform_input, partitioner=partitioner)
     out = checked_records(fn(given), spec=f"tests:{fn.__name__}", expected=given.schema,
                           source_name="src", header_prefix=P, counter=counter)
     return out, counter
@@ -52,7 +53,7 @@ def _run(spark: SparkSession, claimed: DataFrame, fn: Transform,
 
 def test_the_transform_receives_the_documented_columns(spark: SparkSession) -> None:
     given = _claimed(spark, _rows(2)).transform(in_key_order).transform(
-        transform_input, partitioner="murmur2", partition_counts=COUNTS)
+        transform_input, partitioner="murmur2")
     assert tuple(given.columns) == TRANSFORM_COLUMNS
     types = {f.name: f.dataType.simpleString() for f in given.schema.fields}
     assert types["headers"] == "map<string,string>"
