@@ -1,6 +1,6 @@
 """Does the peer's `ORDER BY id LIMIT 1000` walk the rows it deleted before?
 
-``python -m bench.deadwalk URL [--index-only] [--hold]``: a table shaped like
+``python -m bench.deadwalk URL [--index-only] [--hold] [--set-delete]``: a table shaped like
 kafka_messages (300,000 rows of 1 KB over 10 topics, index (topic, id)), then 30 rounds
 of the peer's select on one topic followed by its deletes in groups of 10, autocommit;
 every third round prints the select's EXPLAIN (ANALYZE, BUFFERS) and how many entries of
@@ -11,7 +11,8 @@ selects only ``id``, an index-only scan of the same index. On PostgreSQL 18.6 (d
 checksums on) the index-only scan marks the deleted rows' entries dead as it passes
 them, and the plain scan never does: its buffers grow by about 1,450 a round, the heap
 pages of every row deleted before. With ``--hold`` another session holds an xid open
-throughout, which stops both from marking.
+throughout, which stops both from marking. ``--set-delete`` deletes each round's ids in one
+statement, as the relay's finish does, instead of the peer's groups of 10.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ PEER_SELECT = ("SELECT id, topic, message, key, partition_key FROM bench_deadwal
                "WHERE topic = %s ORDER BY id LIMIT 1000")
 IDS_SELECT = "SELECT id FROM bench_deadwalk WHERE topic = %s ORDER BY id LIMIT 1000"
 DELETE = "DELETE FROM bench_deadwalk WHERE topic = %s AND id IN %s"
+SET_DELETE = "DELETE FROM bench_deadwalk WHERE topic = %s AND id = ANY(%s)"
 # Leaf and inner pages alike: block 0 is the metapage.
 DEAD_ENTRIES = """
 SELECT count(*) FILTER (WHERE dead)
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hold", action="store_true", help="hold an xid open in another session")
     p.add_argument("--index-only", action="store_true",
                    help="select only id (an index-only scan) instead of the peer's columns")
+    p.add_argument("--set-delete", action="store_true",
+                   help="delete each round's ids in one statement, as the relay does")
     args = p.parse_args(argv)
     select = IDS_SELECT if args.index_only else PEER_SELECT
     conn = psycopg2.connect(args.url)
@@ -76,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"dead index entries {dead[0] if dead else '?'}", flush=True)
             cur.execute(select, ("t0",))
             ids = [r[0] for r in cur.fetchall()]
+            if args.set_delete:
+                cur.execute(SET_DELETE, ("t0", ids))
+                continue
             for i in range(0, len(ids), 10):
                 cur.execute(DELETE, ("t0", tuple(ids[i:i + 10])))
         cur.execute("DROP TABLE bench_deadwalk")
