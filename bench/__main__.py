@@ -150,13 +150,16 @@ def run(args: argparse.Namespace) -> int:
     }
     workloads = Workloads(bench)
     failures: list[str] = []
+    took: dict[str, int] = results["meta"].setdefault("workload_s", {})
     for name in only:
+        began = time.time()
         try:
             outcomes = getattr(workloads, name.lower())()
             results["workloads"][name] = [o.to_json() for o in outcomes]
         except Exception:
             failures.append(name)
             print(f"[bench] {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
+        took[name] = round(time.time() - began)  # against the plan's estimate, next time
     if bench.plan["profile"]:
         profiles = Profiles(env, scale)
         results["profile"] = {}

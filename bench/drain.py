@@ -35,23 +35,27 @@ from bench.repeat import alternate
 
 
 def drain_outcome(name: str, backlog: Backlog, watch: OffsetWatch, started: float,
-                  ended: float, url: str, first_lock: float | None) -> Outcome:
+                  ended: float, url: str, first_lock: float | None,
+                  capped: bool = False) -> Outcome:
     """seconds: first lock (the first batch starts) to the last record in Kafka.
 
-    Start-up (launch to first lock) and the end-to-end time are reported beside it.
+    Start-up (launch to first lock) and the end-to-end time are reported beside it. A run
+    stopped at its cap counts what Kafka received, not the backlog it did not finish.
     """
     first = watch.first_at()
     last = watch.last_change_at()
     delivered = watch.samples[-1][1] if watch.samples else 0
     begin = first_lock if first_lock is not None else started
     drain_s = (last - begin) if last else ended - started
-    steady = backlog.rows / (last - first) if first and last and last > first else None
+    rows = min(delivered, backlog.rows) if capped else backlog.rows
+    steady = rows / (last - first) if first and last and last > first else None
     return Outcome(
-        contender=name, rows=backlog.rows, seconds=drain_s, window=(started, ended),
+        contender=name, rows=rows, seconds=drain_s, window=(started, ended),
         extra={
+            "backlog_rows": backlog.rows,
             "startup_s": round(begin - started, 2),
             "end_to_end_s": round(ended - started, 2),
-            "end_to_end_msgs_per_s": round(backlog.rows / (ended - started), 1),
+            "end_to_end_msgs_per_s": round(rows / (ended - started), 1),
             "first_record_after_s": round(first - started, 2) if first else None,
             "first_to_last_s": round(last - first, 2) if first and last else None,
             "steady_msgs_per_s": round(steady, 1) if steady else None,
@@ -139,10 +143,10 @@ class Drains:
             locks_watch.stop()
         name = PEER if delete == "groups" else PEER_BATCH
         outcome = drain_outcome(name, backlog, watch, started, ended, url,
-                                locks_watch.first_lock_at)
+                                locks_watch.first_lock_at, capped)
         outcome.extra.update(load_s=round(seconds_load, 1), sysload_before=load_before,
                              sysload_after=sys_load(), capped_at_s=cap if capped else None,
-                             **cpu.to_json(backlog.rows))
+                             **cpu.to_json(outcome.rows))
         self._drain_cpu(outcome)
         if not capped:
             stats = json.loads((run_dir / "peer.json").read_text())

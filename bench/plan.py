@@ -4,9 +4,11 @@ Each workload's duration is estimated from its runs (seconds per run of each con
 from the last full runs on this 2-core machine, plus its once-only parts: limits, floor
 probe, the ledger-deferred run). Cuts, in order, until the estimate fits the budget:
 the one-delete peer (a second row, no target) runs once; the profiling and EXPLAIN runs
-(no target) are skipped; the peer's held-horizon cap drops from 15 to 5 minutes (a
-capped peer is an upper bound of its rate, so relay/peer stays a lower bound); only
-then do workloads lose repetitions, those with the longest runs first, never below 2.
+(no target) are skipped; the peer's held-horizon cap drops from 15 to 5, then 4 minutes
+(a capped peer is rated by what it delivered, an upper bound of its rate because its
+dead-index walk only grows, so relay/peer stays a lower bound); only then do workloads
+lose repetitions, those with the longest runs first, never below 2. The estimate carries
+a margin: the full run of 342ec7b took 7,305 s against an estimate of 7,123 s.
 Soak, W2C and W4 run once in every plan: the report marks them as fewer than 3 runs.
 """
 
@@ -37,7 +39,10 @@ _FULL: dict[str, tuple[tuple[float, float, float], float]] = {
 _HELD = ("W1H", "W3H")
 _ONCE = ("SOAK", "W2C", "W4")
 PROFILE_S = 8 * 60
-HELD_CAP_S, HELD_CAP_CUT_S = 15 * 60, 5 * 60
+HELD_CAP_S, HELD_CAP_CUTS_S = 15 * 60, (5 * 60, 4 * 60)
+# What the estimates missed in the last full run (2.6%: stack set-up, topics, databases
+# between runs), rounded up.
+MARGIN = 1.03
 
 
 def _quick(seconds: float) -> float:
@@ -57,7 +62,7 @@ class Plan:
 
     @property
     def total_s(self) -> float:
-        return sum(self.estimate_s.values())
+        return MARGIN * sum(self.estimate_s.values())
 
     def to_json(self) -> dict[str, Any]:
         return {"repeat": self.repeat, "peer_batch_runs": self.peer_batch_runs,
@@ -68,7 +73,8 @@ class Plan:
     def lines(self) -> list[str]:
         out = [f"{w}: {self.repeat.get(w, 1)} run(s) per contender, about "
                f"{s / 60:.0f} min" for w, s in self.estimate_s.items()]
-        out.append(f"total about {self.total_s / 60:.0f} min of {self.budget_s / 60:.0f}")
+        out.append(f"total about {self.total_s / 60:.0f} min of {self.budget_s / 60:.0f}, "
+                   f"with a {100 * (MARGIN - 1):.0f}% margin")
         return out + [f"cut: {c}" for c in self.cuts]
 
 
@@ -98,8 +104,9 @@ def make_plan(workloads: list[str], repeat: int, quick: bool, profile: bool,
     estimate()
     cuts = [("the one-delete peer runs once", lambda: setattr(plan, "peer_batch_runs", 1)),
             ("no profiling or EXPLAIN runs", lambda: setattr(plan, "profile", False)),
-            (f"the peer's held-horizon cap {HELD_CAP_CUT_S // 60} min",
-             lambda: setattr(plan, "peer_held_cap_s", HELD_CAP_CUT_S))]
+            *[(f"the peer's held-horizon cap {cap // 60} min",
+               lambda cap=cap: setattr(plan, "peer_held_cap_s", cap))
+              for cap in HELD_CAP_CUTS_S]]
     for why, cut in cuts:
         if plan.total_s <= budget_s:
             return plan

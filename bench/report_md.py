@@ -99,6 +99,10 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         if held in w:
             lines += _drain_table(f"{held}: {base} with the horizon held", w[held], figs,
                                   held.lower())
+            if any(c.get("capped_at_s") for c in w[held]):
+                lines += ["A run stopped at its cap is rated by the records Kafka received "
+                          "in it (**Kafka records**), over its time: an upper bound of its "
+                          "rate, since a held horizon only lengthens its walk.", ""]
             lines += _horizon_lines(w[held])
     lines += more_sections(results)
     if "W2" in w:

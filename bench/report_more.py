@@ -19,7 +19,7 @@ from bench.report_sections import num
 
 def more_sections(results: dict[str, Any]) -> list[str]:
     w = results["summary"]
-    lines = _plan(results["meta"].get("plan"))
+    lines = _plan(results["meta"].get("plan"), results["meta"].get("workload_s"))
     lines += _kafka(w.get("W1", []))
     lines += _shape(w.get("W1", []), results["figures"].get(RELAY, {}))
     lines += _ledger(w.get("W1", []), results["figures"].get(RELAY, {}))
@@ -50,7 +50,7 @@ def more_sections(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _plan(plan: dict[str, Any] | None) -> list[str]:
+def _plan(plan: dict[str, Any] | None, took: dict[str, int] | None) -> list[str]:
     if not plan:
         return []
     runs = ", ".join(f"{k} {v}" for k, v in plan["repeat"].items())
@@ -59,7 +59,16 @@ def _plan(plan: dict[str, Any] | None) -> list[str]:
             f"Runs per contender: {runs}; the one-delete peer {plan['peer_batch_runs']}; the "
             f"peer's held-horizon cap {plan['peer_held_cap_s'] / 60:.0f} min. Estimated "
             f"{plan['total_s'] / 60:.0f} min of a {plan['budget_s'] / 60:.0f} min budget; "
-            f"cuts: {cuts}.", ""]
+            f"cuts: {cuts}.", "", *_took(plan, took)]
+
+
+def _took(plan: dict[str, Any], took: dict[str, int] | None) -> list[str]:
+    """Each workload's wall time against its estimate: what the next plan is fitted to."""
+    if not took:
+        return []
+    est = plan["estimate_s"]
+    return ["| workload | estimated s | took s |", "| --- | --- | --- |",
+            *[f"| {w} | {est.get(w, 'n/a')} | {s} |" for w, s in took.items()], ""]
 
 
 def _kafka(outcomes: list[dict[str, Any]]) -> list[str]:

@@ -121,6 +121,9 @@ def test_the_plan_keeps_three_runs_and_cuts_elsewhere_first() -> None:
     full = make_plan(ALL, 3, quick=False, profile=True)
     assert all(r >= 2 for r in full.repeat.values() if r > 1)
     assert full.lines()[-1].startswith("cut:")
+    # The margin counts: the estimate it must fit is above the plain sum.
+    assert full.total_s > sum(full.estimate_s.values())
+    assert full.total_s <= full.budget_s
 
 
 def test_the_relays_warm_up_waits_for_a_first_commit_of_its_ledger(tmp_path: Path) -> None:
@@ -149,3 +152,27 @@ def test_exit_codes_are_listed_not_averaged() -> None:
     runs = [{"contender": "relay", "msgs_per_s": 1.0, "exit_code": c} for c in (0, 52)]
     (merged,) = summarize(runs)
     assert (merged["exit_codes"], merged["exit_code"]) == ([0, 52], 52)
+
+
+def test_a_capped_drain_is_rated_by_what_kafka_received(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.drain as drain
+    from bench.backlog import Backlog
+
+    class Watch:
+        samples = [(100.0, 0), (250.0, 600), (400.0, 880)]
+
+        def first_at(self) -> float:
+            return 101.0
+
+        def last_change_at(self) -> float:
+            return 400.0
+
+    monkeypatch.setattr(drain, "outbox_count", lambda url: 120)
+    backlog = Backlog(1000, ("t",), 10)
+    capped = drain.drain_outcome("peer", backlog, Watch(), 99.0, 400.0, "u", 100.0,  # type: ignore[arg-type]
+                                 capped=True)
+    assert capped.rows == 880 and capped.msgs_per_s == pytest.approx(880 / 300)
+    assert capped.extra["backlog_rows"] == 1000
+    whole = drain.drain_outcome("peer", backlog, Watch(), 99.0, 400.0, "u", 100.0)  # type: ignore[arg-type]
+    assert whole.rows == 1000
