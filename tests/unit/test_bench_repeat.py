@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+import bench.drain as drain
+from bench.backlog import Backlog
 from bench.javaperf import parse_rate
 from bench.outside import inside
 from bench.plan import make_plan
@@ -156,9 +158,6 @@ def test_exit_codes_are_listed_not_averaged() -> None:
 
 def test_a_capped_drain_is_rated_by_what_kafka_received(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import bench.drain as drain
-    from bench.backlog import Backlog
-
     class Watch:
         samples = [(100.0, 0), (250.0, 600), (400.0, 880)]
 
