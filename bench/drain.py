@@ -83,7 +83,7 @@ class Drains:
 
     def relay(self, workload: str, label: str, backlog: Backlog, partitions: int,
               proposals: bool, deadline_s: float = 60.0, held: bool = False,
-              **more: dict[str, Any]) -> Outcome:
+              live_set: bool = False, **more: dict[str, Any]) -> Outcome:
         env = self.env
         url = env.fresh_database(label)
         with horizon(url, held) as held_horizon:
@@ -95,7 +95,7 @@ class Drains:
             load_before = sys_load()
             cpu = CpuMeter()
             proc = launch(config, env.run_dir(label), "--available-now",
-                          extra_env=relay_env(proposals))
+                          extra_env=relay_env(proposals), live_set=live_set)
             code = proc.wait(timeout_s=3600)
             cpu.stop()
             watch.stop()

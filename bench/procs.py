@@ -93,13 +93,26 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 # [12.345s][info][gc] GC(7) Pause Young (Normal) (G1 Evacuation Pause) 301M->88M(2048M) 9.1ms
-_GC_LINE = re.compile(r"GC\(\d+\) (Pause [^\d]*?)\s*(\d+)M->(\d+)M\((\d+)M\)")
+# The kind may hold digits ("G1 Evacuation Pause"): a kind of non-digits matched only
+# Remark and Cleanup, and W4's "heap after GC" was theirs alone.
+_GC_LINE = re.compile(r"GC\(\d+\) (Pause .*?)\s+(\d+)M->(\d+)M\((\d+)M\)")
+# -Xlog:gc+liveness=trace, after each concurrent marking:
+# ... GC(8) ### PHASE Post-Marking @ 0.784
+# ... GC(8) ### SUMMARY  capacity: 2048.00 MB  used: 85.93 MB / 4.20 %  prev-live: ...
+#     next-live: 82.52 MB / 4.03 %  remset: ...
+_PHASE = re.compile(r"### PHASE (\S+)")
+_NEXT_LIVE = re.compile(r"### SUMMARY .*next-live: ([\d.]+) MB")
+# Pauses that copy live objects out, so what they leave is what survived them. Remark
+# and Cleanup free nothing by copying: their "after" is the heap as it stood.
+_EVACUATING = ("Young", "Mixed", "Full")
 
 
 def gc_summary(log_files: list[Path]) -> dict[str, float | int | None]:
     """Heap figures of the driver JVM from its -Xlog:gc file(s): the largest heap in use
-    before a collection, the largest and the last heap left after one, the committed heap."""
-    before, after, committed, kinds = [], [], [], {"young": 0, "full": 0, "other": 0}
+    before a collection, the largest and the last heap left after one (and after the
+    evacuating ones alone), the committed heap."""
+    before, after, evacuated, committed = [], [], [], []
+    kinds = {"young": 0, "full": 0, "other": 0}
     for path in log_files:
         for line in path.read_text(errors="replace").splitlines():
             m = _GC_LINE.search(line)
@@ -110,14 +123,34 @@ def gc_summary(log_files: list[Path]) -> dict[str, float | int | None]:
             before.append(int(m[2]))
             after.append(int(m[3]))
             committed.append(int(m[4]))
+            if any(k in kind for k in _EVACUATING):
+                evacuated.append(int(m[3]))
     if not after:
         return {"gcs": 0, "heap_before_gc_max_mb": None, "heap_after_gc_max_mb": None,
-                "heap_after_gc_last_mb": None, "heap_committed_max_mb": None}
+                "heap_after_gc_last_mb": None, "heap_after_evacuation_max_mb": None,
+                "heap_committed_max_mb": None}
     return {
         "gcs": len(after),
         "full_gcs": kinds["full"],
         "heap_before_gc_max_mb": max(before),
         "heap_after_gc_max_mb": max(after),
         "heap_after_gc_last_mb": after[-1],
+        "heap_after_evacuation_max_mb": max(evacuated, default=None),
         "heap_committed_max_mb": max(committed),
     }
+
+
+def live_summary(log_file: Path) -> dict[str, float | int | None]:
+    """The driver JVM's live set from its -Xlog:gc+liveness file: what each concurrent
+    marking found reachable (objects allocated during the marking count as live), the
+    largest over the run. None when no marking ran."""
+    live: list[float] = []
+    phase = ""
+    text = log_file.read_text(errors="replace") if log_file.exists() else ""
+    for line in text.splitlines():
+        if m := _PHASE.search(line):
+            phase = m[1]
+        elif phase == "Post-Marking" and (m := _NEXT_LIVE.search(line)):
+            live.append(float(m[1]))
+    return {"markings": len(live),
+            "heap_live_max_mb": round(max(live), 1) if live else None}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.procs import gc_summary, kill_group, relay_driver, signal_group, status_kb
+from bench.procs import gc_summary, kill_group, live_summary, relay_driver, signal_group, status_kb
 from relay.config import Config
 from tests.integration.process import write_profile
 
@@ -85,6 +85,7 @@ class RelayProcess:
             own = self.gc_dir / f"gc-{self.jvm_pid}.log"
             if own.exists():
                 gc = gc_summary([own])
+            gc.update(live_summary(self.gc_dir / f"live-{self.jvm_pid}.log"))
         return {
             "delivered": int(m[1]) if m else None,
             "relay_seconds": float(m[2]) if m else None,
@@ -102,13 +103,18 @@ def launch(
     driver_memory: str = DRIVER_MEMORY,
     extra_env: dict[str, str] | None = None,
     script: Path = REPO / "jobs" / "relay.py",
+    live_set: bool = False,
 ) -> RelayProcess:
     """Start the relay (or another `script` taking --config, such as bench/shape.py) in
-    its own process group (its jars come from spark-defaults.conf)."""
+    its own process group (its jars come from spark-defaults.conf). With `live_set`, the
+    driver JVM also logs what each concurrent marking found live (W4): a line per heap
+    region, a few MB a run, so only where it is read."""
     gc_dir = run_dir / "gc"
     shutil.rmtree(gc_dir, ignore_errors=True)
     gc_dir.mkdir(parents=True)
     java_opts = f"-Duser.timezone=UTC -Xlog:gc:file={gc_dir}/gc-%p.log"
+    if live_set:
+        java_opts += f" -Xlog:gc+liveness=trace:file={gc_dir}/live-%p.log"
     spark_conf = {
         **config.spark.conf,
         "spark.driver.memory": driver_memory,

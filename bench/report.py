@@ -137,6 +137,22 @@ def soak_bounded(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _w4_heap_figures(small: dict[str, Any], big: dict[str, Any]) -> dict[str, Any]:
+    """5M/1M of the driver's heap: the live set each concurrent marking found (the
+    target's figure), and beside it the heap left after pauses, all of them and the
+    evacuating ones. A pause's "after" also holds the old generation's garbage, which G1
+    leaves until its next marking, so it grows with a longer drain on its own. Runs from
+    before the live set was logged fall back on the largest "after"."""
+    def r(key: str) -> float | None:
+        return ratio(big.get(key), small.get(key))
+
+    live = r("heap_live_max_mb")
+    return {"w4_heap_ratio": live if live is not None else r("heap_after_gc_max_mb"),
+            "w4_heap_rule": "live set" if live is not None else "max after GC",
+            "w4_heap_after_gc_ratio": r("heap_after_gc_max_mb"),
+            "w4_heap_after_evacuation_ratio": r("heap_after_evacuation_max_mb")}
+
+
 def figures_of(w: Outcomes) -> dict[str, Any]:
     """The ratios issue 10 asks for, per relay variant, on one view of the outcomes."""
     out: dict[str, Any] = {}
@@ -155,8 +171,7 @@ def figures_of(w: Outcomes) -> dict[str, Any]:
             if len(rows) == 2 and all(o.get("exit_code") == 0 for o in rows):
                 f["w4_jvm_rss_ratio"] = ratio(rows[1]["jvm_peak_rss_mb"],
                                               rows[0]["jvm_peak_rss_mb"])
-                f["w4_heap_ratio"] = ratio(rows[1].get("heap_after_gc_max_mb"),
-                                           rows[0].get("heap_after_gc_max_mb"))
+                f.update(_w4_heap_figures(rows[0], rows[1]))
         if f:
             out[v] = f
     return out

@@ -1,0 +1,90 @@
+"""The bench's reading of the driver JVM's GC logs (W4): what a real JVM writes, parsed
+into the heap after its pauses and the live set its concurrent markings found. No Spark,
+no stack: a tiny Java program run with the same -Xlog options as the bench's relay."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.procs import gc_summary, live_summary
+from bench.report import figures_of
+
+# Keeps about 15 MB reachable while it allocates 400 MB: the heap after a pause and the
+# live set part ways, as in a long drain.
+_CHURN = """
+import java.util.*;
+public class Churn { public static void main(String[] a) {
+  List<byte[]> keep = new ArrayList<>();
+  for (int i = 0; i < 400_000; i++) {
+    byte[] b = new byte[1024];
+    if (i % 4 == 0) keep.add(b);
+    if (keep.size() > 15_000) keep.subList(0, 7_500).clear();
+  }
+  System.out.println(keep.size());
+} }
+"""
+
+
+@pytest.fixture(scope="module")
+def jvm_logs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java on PATH")
+    d = tmp_path_factory.mktemp("gc")
+    (d / "Churn.java").write_text(_CHURN)
+    subprocess.run(
+        [java, "-Xmx128m", "-XX:+UseG1GC", "-XX:InitiatingHeapOccupancyPercent=5",
+         f"-Xlog:gc:file={d}/gc.log", f"-Xlog:gc+liveness=trace:file={d}/live.log",
+         str(d / "Churn.java")], check=True, capture_output=True, timeout=120)
+    return d / "gc.log", d / "live.log"
+
+
+def test_the_live_set_is_read_from_each_marking_of_a_real_jvm(
+        jvm_logs: tuple[Path, Path]) -> None:
+    gc, live = jvm_logs
+    found = live_summary(live)
+    assert found["markings"] == gc.read_text().count("Pause Remark")
+    assert found["markings"] >= 1
+    heap = gc_summary([gc])
+    live_mb = found["heap_live_max_mb"]
+    assert isinstance(live_mb, float)
+    # About 15 MB of kept arrays, read from the JVM's own count, not the program's.
+    assert 10 <= live_mb <= 128
+    after = heap["heap_after_evacuation_max_mb"]
+    assert after is not None and heap["heap_after_gc_max_mb"] is not None
+    assert after <= heap["heap_after_gc_max_mb"]
+
+
+def test_remark_and_cleanup_are_not_counted_as_evacuating(tmp_path: Path) -> None:
+    log = tmp_path / "gc.log"
+    log.write_text(
+        "[1.0s][info][gc] GC(1) Pause Young (Normal) (G1 Evacuation Pause) 300M->90M(2048M) 9ms\n"
+        "[1.1s][info][gc] GC(2) Pause Remark 400M->400M(2048M) 2ms\n"
+        "[1.2s][info][gc] GC(2) Pause Cleanup 420M->420M(2048M) 1ms\n"
+        "[1.3s][info][gc] GC(3) Pause Young (Mixed) (G1 Evacuation Pause) 500M->120M(2048M) 9ms\n")
+    heap = gc_summary([log])
+    assert heap["heap_after_gc_max_mb"] == 420
+    assert heap["heap_after_evacuation_max_mb"] == 120
+    assert live_summary(tmp_path / "absent.log") == {"markings": 0, "heap_live_max_mb": None}
+
+
+def test_w4_rates_the_live_set_and_falls_back_for_older_runs() -> None:
+    def w4(**per_run: tuple[float, float]) -> dict[str, Any]:
+        return {"W4": [{"contender": "relay", "rows": rows, "jvm_peak_rss_mb": 100.0,
+                        "exit_code": 0, **{k: v[i] for k, v in per_run.items()}}
+                       for i, rows in enumerate((1, 5))]}
+
+    new = figures_of(w4(heap_live_max_mb=(200.0, 210.0), heap_after_gc_max_mb=(600.0, 780.0),
+                        heap_after_evacuation_max_mb=(500.0, 600.0)))["relay"]
+    assert new["w4_heap_ratio"] == pytest.approx(1.05)
+    assert new["w4_heap_rule"] == "live set"
+    assert new["w4_heap_after_gc_ratio"] == pytest.approx(1.3)
+    assert new["w4_heap_after_evacuation_ratio"] == pytest.approx(1.2)
+    old = figures_of(w4(heap_after_gc_max_mb=(600.0, 780.0)))["relay"]
+    assert old["w4_heap_ratio"] == pytest.approx(1.3)
+    assert old["w4_heap_rule"] == "max after GC"
