@@ -83,12 +83,15 @@ ORDER BY g
 """
 
 
-def load(url: str, backlog: Backlog, settle: bool = True) -> float:
+def load(url: str, backlog: Backlog, settle: bool = True, at_once: bool = False) -> float:
     """Insert the backlog, vacuum and analyze it, checkpoint (unless `settle` is False: a
-    backlog written while a contender runs); returns seconds taken."""
+    backlog written while a contender runs); returns seconds taken. `at_once` commits the
+    whole backlog in one transaction (written while a contender runs, so it cannot start
+    on it before it is all there); otherwise each chunk commits on its own."""
+    assert not (settle and at_once), "VACUUM runs outside a transaction"
     started = time.monotonic()
     pool = payload_pool(length=backlog.payload_bytes)
-    conn = connect(url, autocommit=True)
+    conn = connect(url, autocommit=not at_once)
     try:
         with conn.cursor() as cur:
             cur.execute("SET synchronous_commit = off")
@@ -113,6 +116,8 @@ def load(url: str, backlog: Backlog, settle: bool = True) -> float:
                 )
             if settle:
                 settle_table(cur)
+        if at_once:
+            conn.commit()
     finally:
         conn.close()
     return time.monotonic() - started

@@ -5,10 +5,13 @@ and fresh topics; the backlog is inserted before it starts and is not measured."
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from bench.backlog import Backlog, load
@@ -68,6 +71,17 @@ def drain_outcome(name: str, backlog: Backlog, watch: OffsetWatch, started: floa
     )
 
 
+# The relay's log line when a copy batch is in Delta (relay.ledger.delta), local time.
+_COPY_LANDED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO relay\.ledger\.delta: "
+                          r"ledger: copy batch \d+ is in Delta", re.M)
+
+
+def last_copy_landed(log_text: str) -> float | None:
+    """When the relay's last ledger copy landed in Delta, as epoch seconds."""
+    found = _COPY_LANDED.findall(log_text)
+    return datetime.strptime(found[-1], "%Y-%m-%d %H:%M:%S,%f").timestamp() if found else None
+
+
 class Drains:
     def __init__(self, bench: Bench) -> None:
         self.bench = bench
@@ -80,6 +94,22 @@ class Drains:
         used = self.bench.outside.machine_cpu(begin, end) if self.bench.outside else None
         if used is not None:
             outcome.extra["cpu_machine_drain_s_per_1k"] = round(1000 * used / outcome.rows, 4)
+
+    def _ledger_cpu(self, outcome: Outcome, relay_log: Path) -> None:
+        """The Delta ledger's share: an available-now drain copies its staged records once,
+        at its end (`ledger.drain_flush_interval_s` is longer than any drain here), so the
+        copy runs from the last record in Kafka to its last batch landing in Delta. The
+        whole machine's CPU over that window (PostgreSQL's read of the staging included)
+        is the ledger's, and nothing else of the relay's runs then but its last delete."""
+        text = relay_log.read_text(errors="replace") if relay_log.exists() else ""
+        landed = last_copy_landed(text)
+        drained = outcome.extra["drain_window"][1]
+        if landed is None or landed <= drained:
+            return
+        outcome.extra["ledger_copy_s"] = round(landed - drained, 2)
+        used = self.bench.outside.machine_cpu(drained, landed) if self.bench.outside else None
+        if used is not None:
+            outcome.extra["cpu_machine_ledger_s_per_1k"] = round(1000 * used / outcome.rows, 4)
 
     def relay(self, workload: str, label: str, backlog: Backlog, partitions: int,
               proposals: bool, deadline_s: float = 60.0, held: bool = False,
@@ -109,6 +139,7 @@ class Drains:
             **cpu.to_json(backlog.rows),
         )
         self._drain_cpu(outcome)
+        self._ledger_cpu(outcome, proc.log)
         if held_horizon is not None:
             outcome.extra["horizon"] = held_horizon.to_json()
         env.drop_database(url)
@@ -120,7 +151,7 @@ class Drains:
         url = env.fresh_database(label)
         run_dir = env.run_dir(label)
         capped = False
-        cap = float(self.bench.plan.get("peer_held_cap_s", PEER_HELD_CAP_S))
+        cap = self._peer_cap(delete, held)
         with horizon(url, held) as held_horizon:
             seconds_load = load(url, backlog)
             watch = OffsetWatch(env.admin, backlog.topics, partitions).start()
@@ -133,7 +164,7 @@ class Drains:
                     [sys.executable, "-m", "bench.peer", "--url", url, "--bootstrap",
                      env.stack.kafka_bootstrap, "--delete", delete, "--drain",
                      "--stats", str(run_dir / "peer.json")],
-                    cwd=REPO, check=True, timeout=cap if held else None,
+                    cwd=REPO, check=True, timeout=cap,
                 )
             except subprocess.TimeoutExpired:
                 capped = True  # its figure is then an upper bound of its rate
@@ -156,6 +187,15 @@ class Drains:
             outcome.extra["horizon"] = held_horizon.to_json()
         env.drop_database(url)
         return outcome
+
+    def _peer_cap(self, delete: str, held: bool) -> float | None:
+        """Where the plan stops a peer run (a capped run is rated by what it delivered):
+        a held horizon's cap, and the one-delete variant's own (a second row, no target)."""
+        plan = self.bench.plan
+        caps = [float(plan.get("peer_held_cap_s", PEER_HELD_CAP_S))] if held else []
+        if delete == "batch" and plan.get("peer_batch_cap_s"):
+            caps.append(float(plan["peer_batch_cap_s"]))
+        return min(caps, default=None)
 
     def all(self, workload: str, rows: int, n_topics: int, keys: int, partitions: int,
             deadline_s: float = 60.0, held: bool = False, headers: bool = False,

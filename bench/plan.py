@@ -1,14 +1,16 @@
 """The time plan (issue 10: the whole benchmark fits in 120 minutes).
 
 Each workload's duration is estimated from its runs (seconds per run of each contender,
-from the last full runs on this 2-core machine, plus its once-only parts: limits, floor
-probe, the ledger-deferred run). Cuts, in order, until the estimate fits the budget:
-the one-delete peer (a second row, no target) runs once; the profiling and EXPLAIN runs
-(no target) are skipped; the peer's held-horizon cap drops from 15 to 5, then 4 minutes
-(a capped peer is rated by what it delivered, an upper bound of its rate because its
-dead-index walk only grows, so relay/peer stays a lower bound); only then do workloads
-lose repetitions, those with the longest runs first, never below 2. The estimate carries
-a margin: the full run of 342ec7b took 7,305 s against an estimate of 7,123 s.
+from the last full run on this 2-core machine, set-up between runs included, plus its
+once-only parts: limits, floor probe). Cuts, in order, until the estimate fits the
+budget: the one-delete peer (a second row, no target) runs once; the profiling and
+EXPLAIN runs (no target) are skipped; the one-delete peer is capped at 2, then 1
+minute; the peer's held-horizon cap drops from 15 to 5, then 4 minutes. A capped peer
+is rated by what it delivered: an upper bound of its rate, because its dead-index walk
+only grows, so relay/peer stays a lower bound. Only then do workloads lose
+repetitions, those with the longest runs first, never below 2. The estimate carries a
+margin for the peer's pace, which varies from day to day (W1's peer: 296 s a run in
+342ec7b, 332 s in 5441183).
 Soak, W2C and W4 run once in every plan: the report marks them as fewer than 3 runs.
 """
 
@@ -19,30 +21,32 @@ from typing import Any
 
 BUDGET_S = 120 * 60
 # Full scale, seconds per run: (relay, peer, peer one-delete), and once-only seconds.
-# Measured in the full quiet run of b5960eb (each run with its backlog's load), rounded
-# up by about 5%; the figures before it were guesses half as high again, and cut
-# repetitions that fitted.
+# Each workload's wall time in the full quiet run of 5441183 (`meta.workload_s`: its
+# runs, their loads and the set-up between them), split by contender in proportion to
+# their launch-to-exit times, rounded up. An uncapped held peer never finishes in 15
+# minutes: its figure is the cap's.
 _FULL: dict[str, tuple[tuple[float, float, float], float]] = {
-    "STARTSTOP": ((20, 0, 0), 0),
-    "W1": ((85, 300, 275), 70 + 130),  # + the ledger-deferred run and the limits
-    # The peer's held runs end at the 5-minute cap (312 s with their load): none finishes.
-    "W1H": ((110, 330, 330), 0),
-    "W2": ((100, 90, 0), 20),  # + the floor probe
-    "W3": ((60, 14, 10), 70),  # + the limits
-    "W3H": ((45, 17, 13), 0),
-    "W4": ((0, 0, 0), 315),
-    "W5": ((65, 55, 0), 0),
-    "W6": ((70, 95, 62), 10),
+    "STARTSTOP": ((23, 0, 0), 0),
+    "W1": ((110, 355, 295), 100),  # + the limits
+    "W1H": ((132, 950, 950), 0),
+    "W2": ((95, 90, 0), 15),  # + the floor probe
+    "W3": ((52, 16, 10), 71),  # + the limits
+    "W3H": ((50, 18, 12), 6),
+    "W4": ((0, 0, 0), 410),
+    "W5": ((62, 58, 0), 0),
+    "W6": ((90, 108, 76), 10),
     "SOAK": ((0, 0, 0), 20 * 60 + 50),
-    "W2C": ((0, 0, 0), 320),
+    "W2C": ((0, 0, 0), 310),
 }
 _HELD = ("W1H", "W3H")
 _ONCE = ("SOAK", "W2C", "W4")
 PROFILE_S = 8 * 60
 HELD_CAP_S, HELD_CAP_CUTS_S = 15 * 60, (5 * 60, 4 * 60)
-# What the estimates missed in the last full run (2.6%: stack set-up, topics, databases
-# between runs), rounded up.
-MARGIN = 1.03
+BATCH_CAP_CUTS_S = (2 * 60, 60)
+# A capped run's load and set-up, beyond its cap.
+CAP_SETUP_S = 15
+# The peer's pace from one day to the next, and what the per-run figures round away.
+MARGIN = 1.02
 
 
 def _quick(seconds: float) -> float:
@@ -55,6 +59,7 @@ class Plan:
     repeat: dict[str, int]
     peer_batch_runs: int
     peer_held_cap_s: float
+    peer_batch_cap_s: float | None
     profile: bool
     estimate_s: dict[str, float]
     budget_s: float
@@ -66,7 +71,8 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         return {"repeat": self.repeat, "peer_batch_runs": self.peer_batch_runs,
-                "peer_held_cap_s": self.peer_held_cap_s, "profile": self.profile,
+                "peer_held_cap_s": self.peer_held_cap_s,
+                "peer_batch_cap_s": self.peer_batch_cap_s, "profile": self.profile,
                 "estimate_s": {k: round(v) for k, v in self.estimate_s.items()},
                 "total_s": round(self.total_s), "budget_s": self.budget_s, "cuts": self.cuts}
 
@@ -78,32 +84,37 @@ class Plan:
         return out + [f"cut: {c}" for c in self.cuts]
 
 
-def _estimate(workload: str, repeat: int, batch_runs: int, cap: float, quick: bool) -> float:
+def _estimate(workload: str, repeat: int, plan: Plan, quick: bool) -> float:
     if workload == "PROFILE":
         return _quick(PROFILE_S) if quick else PROFILE_S
     (relay, peer, batch), once = _FULL[workload]
     if workload in _HELD:
-        peer, batch = min(peer, cap), min(batch, cap)
+        peer = min(peer, plan.peer_held_cap_s + CAP_SETUP_S)
+        batch = min(batch, plan.peer_held_cap_s + CAP_SETUP_S)
+    if plan.peer_batch_cap_s is not None:
+        batch = min(batch, plan.peer_batch_cap_s + CAP_SETUP_S)
     runs = 1 if workload in _ONCE else repeat
-    total = runs * (relay + peer) + min(runs, batch_runs) * batch + once
+    total = runs * (relay + peer) + min(runs, plan.peer_batch_runs) * batch + once
     return _quick(total) if quick else total
 
 
 def make_plan(workloads: list[str], repeat: int, quick: bool, profile: bool,
               budget_s: float = BUDGET_S) -> Plan:
     plan = Plan(repeat={w: (1 if w in _ONCE else repeat) for w in workloads},
-                peer_batch_runs=repeat, peer_held_cap_s=HELD_CAP_S, profile=profile,
-                estimate_s={}, budget_s=budget_s)
+                peer_batch_runs=repeat, peer_held_cap_s=HELD_CAP_S, peer_batch_cap_s=None,
+                profile=profile, estimate_s={}, budget_s=budget_s)
 
     def estimate() -> None:
-        plan.estimate_s = {w: _estimate(w, plan.repeat[w], plan.peer_batch_runs,
-                                        plan.peer_held_cap_s, quick) for w in workloads}
+        plan.estimate_s = {w: _estimate(w, plan.repeat[w], plan, quick) for w in workloads}
         if plan.profile:
-            plan.estimate_s["PROFILE"] = _estimate("PROFILE", 1, 1, 0, quick)
+            plan.estimate_s["PROFILE"] = _estimate("PROFILE", 1, plan, quick)
 
     estimate()
     cuts = [("the one-delete peer runs once", lambda: setattr(plan, "peer_batch_runs", 1)),
             ("no profiling or EXPLAIN runs", lambda: setattr(plan, "profile", False)),
+            *[(f"the one-delete peer capped at {cap // 60} min",
+               lambda cap=cap: setattr(plan, "peer_batch_cap_s", cap))
+              for cap in BATCH_CAP_CUTS_S],
             *[(f"the peer's held-horizon cap {cap // 60} min",
                lambda cap=cap: setattr(plan, "peer_held_cap_s", cap))
               for cap in HELD_CAP_CUTS_S]]

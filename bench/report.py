@@ -73,7 +73,10 @@ def _drain_figures(f: dict[str, Any], w: Outcomes, v: str) -> None:
             o[v].get("cpu_machine_s_per_1k"), _get(o, PEER, "cpu_machine_s_per_1k"))
         f[f"{k}_ms_per_topic"] = o[v].get("ms_per_topic")
     o = by_name(w.get("W1", []))
-    if v == RELAY and RELAY_LEDGER_DEFERRED in o and RELAY in o:
+    if v in o and o[v].get("cpu_machine_ledger_s_per_1k") is not None:
+        f["w1_ledger_cpu_machine_s_per_1k"] = o[v]["cpu_machine_ledger_s_per_1k"]
+        f["w1_ledger_copy_s"] = o[v].get("ledger_copy_s")
+    elif v == RELAY and RELAY_LEDGER_DEFERRED in o and RELAY in o:  # runs before 2026-11-27
         d, r = o[RELAY_LEDGER_DEFERRED], o[RELAY]
         for field in ("cpu_machine_drain_s_per_1k", "cpu_machine_s_per_1k"):
             if r.get(field) is not None and d.get(field) is not None:

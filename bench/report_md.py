@@ -99,10 +99,6 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         if held in w:
             lines += _drain_table(f"{held}: {base} with the horizon held", w[held], figs,
                                   held.lower())
-            if any(c.get("capped_at_s") for c in w[held]):
-                lines += ["A run stopped at its cap is rated by the records Kafka received "
-                          "in it (**Kafka records**), over its time: an upper bound of its "
-                          "rate, since a held horizon only lengthens its walk.", ""]
             lines += _horizon_lines(w[held])
     lines += more_sections(results)
     if "W2" in w:
@@ -197,6 +193,8 @@ def _drain_table(title: str, outcomes: list[dict[str, Any]], figs: dict[str, Any
                      f"delete {c['delete_s']} s")
         elif c["contender"] == SHAPE_LIMIT:
             notes = f"first pass; second pass {c['warm_s']} s"
+        elif c.get("capped_at_s"):
+            notes = f"capped at {c['capped_at_s']:.0f} s"
         elif "phases_s" in c:
             notes = ", ".join(f"{k} {v} s" for k, v in c["phases_s"].items() if v >= 0.5)
         elif "batches" in c:
@@ -216,6 +214,11 @@ def _drain_table(title: str, outcomes: list[dict[str, Any]], figs: dict[str, Any
             f"{num(c.get('outbox_left'))} | {c.get('runs', 1)}{_reruns_note(c)} | {notes} |"
         )
     lines.append("")
+    if any(c.get("capped_at_s") for c in outcomes):
+        lines += ["A peer run stopped at its cap (notes) is rated by the records Kafka "
+                  "received in it (**Kafka records**), over its time: an upper bound of its "
+                  "rate, since its walk of the deleted rows' index entries only grows as it "
+                  "goes.", ""]
     return lines
 
 

@@ -1,7 +1,13 @@
 """W5: 100 busy topics at 2,000 msg/s in all while one other topic drains a 500,000 row
 backlog. The contender runs warm under the busy load; the backlog is then written to
-the big topic, and the busy topics' latency counts while the big topic drains (from the
-start of its write to its last record in Kafka): a big topic must not hold up the rest."""
+the big topic in one transaction, and the busy topics' latency counts while the big
+topic drains: from the backlog's commit (no contender can start on it before) to its
+last record in Kafka. A big topic must not hold up the rest.
+
+The write itself (500 MB on the same 2 cores) slows every busy row created while it
+runs, whoever relays them: with the big topic excluded from the relay, busy p99 over
+the write was 1.0-1.1 s against 0.3 s after it. So the write's own window is reported
+apart, and beside it the whole span from the write's start."""
 
 from __future__ import annotations
 
@@ -37,8 +43,9 @@ def w5_run(bench: Bench, label: str, name: str, proposals: bool | None) -> Outco
             trickle.start()
             time.sleep(5.0)  # the trickle steady before the backlog lands
             watch = OffsetWatch(env.admin, big, PARTITIONS).start()
+            written = time.time()
+            load(run.url, Backlog(rows, tuple(big), BIG_KEYS), settle=False, at_once=True)
             started = time.time()
-            load(run.url, Backlog(rows, tuple(big), BIG_KEYS), settle=False)
             deadline = started + DRAIN_CAP_S
             while time.time() < deadline and env.end_offsets(big, PARTITIONS) < rows:
                 time.sleep(0.5)
@@ -53,11 +60,21 @@ def w5_run(bench: Bench, label: str, name: str, proposals: bool | None) -> Outco
     finally:
         stop.set()
         env.delete_topics([*busy, *big])
-    during = [v for s, v in lat.items() if started <= generated[s] <= drained]
-    return Outcome(name, rows, drained - started, window=(started, drained), extra={
+
+    def between(t0: float, t1: float) -> list[float]:
+        return [v for s, v in lat.items() if t0 <= generated[s] <= t1]
+
+    def pct(values: list[float]) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in percentiles(values).items()}
+
+    during = between(started, drained)
+    return Outcome(name, rows, drained - started, window=(written, drained), extra={
         **latency_extra(list(lat.values()), counts[0] if counts else 0, dup),
-        "during_drain_latency_s": {k: round(v, 4) for k, v in percentiles(during).items()},
-        "during_drain_messages": len(during), "big_topic_drained": complete,
+        "during_drain_latency_s": pct(during), "during_drain_messages": len(during),
+        "write_s": round(started - written, 2),
+        "during_write_latency_s": pct(between(written, started)),
+        "write_and_drain_latency_s": pct(between(written, drained)),
+        "big_topic_drained": complete,
         "drain_capped_at_s": None if complete else DRAIN_CAP_S, **relay,
     })
 

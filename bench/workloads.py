@@ -14,7 +14,6 @@ from bench.backlog import Backlog
 from bench.common import (
     HEAP,
     RELAY,
-    RELAY_LEDGER_DEFERRED,
     W1_KEYS,
     W1_PARTITIONS,
     W1_TOPICS,
@@ -35,8 +34,6 @@ from bench.w5 import w5
 from relay.config import Config
 
 __all__ = ["Profiles", "Workloads"]
-# Longer than any run: the ledger's copy waits until the relay exits.
-LEDGER_DEFERRED_S = 24 * 3600.0
 W6_TOPICS, W6_KEYS, W6_PARTITIONS, W6_PAYLOAD = 10, 10_000, 4, 100
 
 
@@ -57,31 +54,10 @@ class Workloads:
             log(f"{workload}: {o.contender}: {o.msgs_per_s:.0f} msg/s")
         return out
 
-    def _ledger_deferred(self) -> Outcome:
-        """One more relay W1 run whose ledger copy waits past the drain: the difference in
-        the machine's CPU over the drain is the Delta ledger's share (issue 10)."""
-        label = "w1-ledger-deferred"
-        topics = self.env.topic_names(label, W1_TOPICS)
-        self.env.create_topics(topics, W1_PARTITIONS)
-        backlog = Backlog(self.scale.w1_rows, tuple(topics), W1_KEYS)
-        log(f"W1: {RELAY_LEDGER_DEFERRED}")
-
-        def run(label: str) -> Outcome:
-            return self.drains.relay("W1", label, backlog, W1_PARTITIONS, False,
-                                     ledger={"flush_interval_s": LEDGER_DEFERRED_S})
-
-        try:
-            outcome = self.bench.measured(run, label)
-        finally:
-            self.env.delete_topics(topics)
-        outcome.contender = RELAY_LEDGER_DEFERRED
-        return outcome
-
     # --- the drains ----------------------------------------------------------------
     def w1(self) -> list[Outcome]:
         rows = self.scale.w1_rows
         out = self.drains.all("W1", rows, W1_TOPICS, W1_KEYS, W1_PARTITIONS)
-        out.append(self._ledger_deferred())
         return out + self._limits("W1", rows, W1_TOPICS, W1_KEYS, W1_PARTITIONS)
 
     def w1h(self) -> list[Outcome]:

@@ -5,6 +5,7 @@ plan. No Spark, no stack."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -126,6 +127,23 @@ def test_the_plan_keeps_three_runs_and_cuts_elsewhere_first() -> None:
     # The margin counts: the estimate it must fit is above the plain sum.
     assert full.total_s > sum(full.estimate_s.values())
     assert full.total_s <= full.budget_s
+    # Rows without a target are capped before a target's contender is.
+    order = [c for c in full.cuts if "cap" in c]
+    assert order[0].startswith("the one-delete peer capped")
+    assert full.to_json()["peer_batch_cap_s"] is not None
+
+
+def test_the_one_delete_peer_is_capped_apart_from_the_held_horizon() -> None:
+    def cap(plan: dict[str, Any], delete: str, held: bool) -> float | None:
+        drains = drain.Drains(SimpleNamespace(plan=plan, env=None))  # type: ignore[arg-type]
+        return drains._peer_cap(delete, held)
+
+    assert cap({}, "groups", False) is None and cap({}, "batch", False) is None
+    assert cap({"peer_held_cap_s": 240}, "groups", True) == 240
+    both = {"peer_held_cap_s": 240, "peer_batch_cap_s": 60}
+    assert cap(both, "batch", False) == 60
+    assert cap(both, "batch", True) == 60
+    assert cap(both, "groups", False) is None
 
 
 def test_the_relays_warm_up_waits_for_a_first_commit_of_its_ledger(tmp_path: Path) -> None:
@@ -175,3 +193,14 @@ def test_a_capped_drain_is_rated_by_what_kafka_received(
     assert capped.extra["backlog_rows"] == 1000
     whole = drain.drain_outcome("peer", backlog, Watch(), 99.0, 400.0, "u", 100.0)  # type: ignore[arg-type]
     assert whole.rows == 1000
+
+
+def test_the_ledger_copy_ends_at_the_last_batch_the_relay_logged_in_delta() -> None:
+    text = ("26/11/27 12:25:51 INFO SparkContext: Running Spark version 4.2.0\n"
+            "2026-11-27 12:27:20,010 INFO relay.ledger.delta: ledger: copy batch 1 is in Delta\n"
+            "2026-11-27 12:27:26,104 INFO relay.ledger.delta: ledger: copy batch 2 is in Delta\n"
+            "outbox-relay: 1000000 messages delivered in 89.5 s (4 batches)\n")
+    landed, first = drain.last_copy_landed(text), drain.last_copy_landed(text.splitlines()[1])
+    assert landed is not None and first is not None
+    assert landed - first == pytest.approx(6.094)
+    assert drain.last_copy_landed("no copy\n") is None
