@@ -130,8 +130,9 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
                   "The same driver heap setting (`--driver-memory 2g`) for both backlogs. Peak "
                   "RSS is VmHWM of the driver's Python process; the heap figures come from the "
                   "driver JVM's GC log. The live set is the largest that a concurrent marking "
-                  "found reachable (`-Xlog:gc+liveness`, objects allocated during the marking "
-                  "counted as live): the heap a full collection would leave. A pause's \"after\" "
+                  "found reachable (`-Xlog:gc+liveness`): at most what a full collection would "
+                  "leave then, since objects allocated while a marking runs count as live, so "
+                  "a marking during a burst of work reads high. A pause's \"after\" "
                   "also holds old garbage that G1 leaves until its next marking, so it grows "
                   "with a longer drain by itself; Remark and Cleanup pauses copy nothing, so "
                   "the evacuating pauses (Young, Mixed, Full) are given apart.", "",

@@ -38,7 +38,7 @@ def more_sections(results: dict[str, Any]) -> list[str]:
             "The backlog is written in one transaction while the busy topics run. The busy "
             "topics' latency counts for rows created from its commit to its last record in "
             "Kafka (the drain: the target's figure). Beside it: rows created while it was "
-            "written (500 MB on the same cores slows them whoever relays them), and over "
+            "written (the write on the same cores slows them whoever relays them), and over "
             "the whole span from the write's start."
             if any("write_s" in o for o in w["W5"]) else  # runs before 2026-11-27
             "The busy topics' latency counts for rows created from the start of the "
