@@ -5,12 +5,10 @@ and fresh topics; the backlog is inserted before it starts and is not measured."
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +31,7 @@ from bench.common import (
 from bench.context import Bench
 from bench.cpu import CpuMeter
 from bench.env import LockWatch, OffsetWatch, outbox_count
-from bench.relay_proc import launch
+from bench.relay_proc import last_copy_landed, launch
 from bench.repeat import alternate
 
 
@@ -69,17 +67,6 @@ def drain_outcome(name: str, backlog: Backlog, watch: OffsetWatch, started: floa
             "drain_window": [begin, last or ended],
         },
     )
-
-
-# The relay's log line when a copy batch is in Delta (relay.ledger.delta), local time.
-_COPY_LANDED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO relay\.ledger\.delta: "
-                          r"ledger: copy batch \d+ is in Delta", re.M)
-
-
-def last_copy_landed(log_text: str) -> float | None:
-    """When the relay's last ledger copy landed in Delta, as epoch seconds."""
-    found = _COPY_LANDED.findall(log_text)
-    return datetime.strptime(found[-1], "%Y-%m-%d %H:%M:%S,%f").timestamp() if found else None
 
 
 class Drains:

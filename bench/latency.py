@@ -181,3 +181,8 @@ def percentiles(values: list[float], points: tuple[float, ...] = (50, 95, 99)) -
     out["max"] = ordered[-1]
     out["mean"] = sum(ordered) / len(ordered)
     return out
+
+
+def rounded_percentiles(values: list[float]) -> dict[str, float]:
+    """percentiles() to the 0.1 ms the reports keep."""
+    return {k: round(v, 4) for k, v in percentiles(values).items()}

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,15 @@ REPO = Path(__file__).resolve().parents[1]
 DRIVER_MEMORY = "2g"
 
 _SUMMARY = re.compile(r"outbox-relay: (\d+) messages delivered in ([\d.]+) s \((\d+) batches\)")
+# The relay's log line when a copy batch is in Delta (relay.ledger.delta), local time.
+_COPY_LANDED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO relay\.ledger\.delta: "
+                          r"ledger: copy batch \d+ is in Delta", re.M)
+
+
+def last_copy_landed(log_text: str) -> float | None:
+    """When the relay's last ledger copy landed in Delta, as epoch seconds."""
+    found = _COPY_LANDED.findall(log_text)
+    return datetime.strptime(found[-1], "%Y-%m-%d %H:%M:%S,%f").timestamp() if found else None
 
 
 @dataclass

@@ -23,7 +23,7 @@ from bench.common import (
     relay_env,
 )
 from bench.context import Bench
-from bench.latency import LatencyConsumer, Load, generate, percentiles, read_generated
+from bench.latency import LatencyConsumer, Load, generate, read_generated, rounded_percentiles
 from bench.relay_proc import RelayProcess, launch
 
 PROBE_SEQ, WARMUP_SEQ = 3 * 10**12, 2 * 10**12
@@ -120,7 +120,7 @@ def latencies(receipts: list[tuple[int, float]], generated: dict[int, float]
 
 def latency_extra(values: list[float], generated: int, duplicates: int) -> dict[str, Any]:
     return {
-        "latency_s": {k: round(v, 4) for k, v in percentiles(values).items()},
+        "latency_s": rounded_percentiles(values),
         "received": len(values), "missing": generated - len(values), "duplicates": duplicates,
     }
 

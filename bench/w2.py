@@ -27,7 +27,7 @@ from bench.common import (
     sys_load,
 )
 from bench.context import Bench
-from bench.latency import Load, generate, percentiles
+from bench.latency import Load, generate, rounded_percentiles
 from bench.repeat import alternate
 from bench.steady import latency_extra, read_latencies, relay_summary, running
 
@@ -76,7 +76,7 @@ def floor_probe(bench: Bench, label: str) -> Outcome:
     env.drop_database(url)
     env.delete_topics([topic])
     return Outcome(FLOOR_PROBE, 10 * len(durations), sum(durations), {
-        "latency_s": {k: round(v, 4) for k, v in percentiles(durations).items()},
+        "latency_s": rounded_percentiles(durations),
         "runs": len(durations),
     })
 

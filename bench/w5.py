@@ -18,7 +18,7 @@ from bench.backlog import Backlog, load
 from bench.common import PEER, W2_KEYS, W2_TX, Outcome, log
 from bench.context import Bench
 from bench.env import OffsetWatch
-from bench.latency import Load, generate, percentiles
+from bench.latency import Load, generate, rounded_percentiles
 from bench.repeat import alternate
 from bench.steady import latency_extra, read_latencies, relay_summary, running
 
@@ -64,16 +64,13 @@ def w5_run(bench: Bench, label: str, name: str, proposals: bool | None) -> Outco
     def between(t0: float, t1: float) -> list[float]:
         return [v for s, v in lat.items() if t0 <= generated[s] <= t1]
 
-    def pct(values: list[float]) -> dict[str, float]:
-        return {k: round(v, 4) for k, v in percentiles(values).items()}
-
     during = between(started, drained)
     return Outcome(name, rows, drained - started, window=(written, drained), extra={
         **latency_extra(list(lat.values()), counts[0] if counts else 0, dup),
-        "during_drain_latency_s": pct(during), "during_drain_messages": len(during),
+        "during_drain_latency_s": rounded_percentiles(during), "during_drain_messages": len(during),
         "write_s": round(started - written, 2),
-        "during_write_latency_s": pct(between(written, started)),
-        "write_and_drain_latency_s": pct(between(written, drained)),
+        "during_write_latency_s": rounded_percentiles(between(written, started)),
+        "write_and_drain_latency_s": rounded_percentiles(between(written, drained)),
         "big_topic_drained": complete,
         "drain_capped_at_s": None if complete else DRAIN_CAP_S, **relay,
     })

@@ -15,6 +15,7 @@ from bench.backlog import Backlog
 from bench.javaperf import parse_rate
 from bench.outside import inside
 from bench.plan import make_plan
+from bench.relay_proc import last_copy_landed
 from bench.repeat import alternate, by_repetition, run_measured, spoiled, spread, summarize
 from bench.report import soak_bounded
 from bench.soak import per_minute_p99, steady
@@ -200,7 +201,7 @@ def test_the_ledger_copy_ends_at_the_last_batch_the_relay_logged_in_delta() -> N
             "2026-11-27 12:27:20,010 INFO relay.ledger.delta: ledger: copy batch 1 is in Delta\n"
             "2026-11-27 12:27:26,104 INFO relay.ledger.delta: ledger: copy batch 2 is in Delta\n"
             "outbox-relay: 1000000 messages delivered in 89.5 s (4 batches)\n")
-    landed, first = drain.last_copy_landed(text), drain.last_copy_landed(text.splitlines()[1])
+    landed, first = last_copy_landed(text), last_copy_landed(text.splitlines()[1])
     assert landed is not None and first is not None
     assert landed - first == pytest.approx(6.094)
-    assert drain.last_copy_landed("no copy\n") is None
+    assert last_copy_landed("no copy\n") is None
