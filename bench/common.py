@@ -83,12 +83,10 @@ HEAP = "2g"
 _BULK: dict[str, dict[str, Any]] = {
     "relay": {"batch_size": 25_000, "read_partitions": 2},
     "kafka": {"linger_ms": 5, "batch_size": 262_144, "compression_type": "lz4"},
-    "ledger": {"flush_interval_s": 30},
 }
 _TRICKLE: dict[str, dict[str, Any]] = {
     "relay": {"batch_size": 2_000, "read_partitions": 1, "poll_interval_s": 0.05},
     "kafka": {"linger_ms": 0, "batch_size": 262_144, "compression_type": "lz4"},
-    "ledger": {"flush_interval_s": 30},
 }
 # Per-workload relay settings: they belong in the profile, as an operator would set them.
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
@@ -99,8 +97,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         # 1,000 partitions: the Java producer takes a whole batch.size from its pool for
         # every partition it holds a batch for, so 256 KB batches would block on memory.
         "kafka": {"linger_ms": 5, "batch_size": 32_768, "compression_type": "lz4"},
-        "ledger": {"flush_interval_s": 30},
-    },
+        },
     "W4": _BULK,
     # W5 mixes a trickle on 100 topics with one big backlog: the trickle's settings, with
     # the bulk batch size so the big topic is not drained in tiny claims.

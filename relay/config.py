@@ -122,7 +122,10 @@ class KafkaConfig(_Model):
 
 class LedgerConfig(_Model):
     path: str = ".relay-data/ledger"
-    flush_interval_s: float = Field(30.0, gt=0)
+    # A copy's Spark jobs (read staging, write Delta, read it back) share the cores with
+    # the rounds: copies every 30 s made the soak's latency bursts (bench/), fewer and
+    # larger ones cost less. What waits is durable in PostgreSQL and answerable meanwhile.
+    flush_interval_s: float = Field(120.0, gt=0)
     # An available-now drain copies at its end, and while it runs only this often: a copy
     # beside the drain's rounds takes the cores they need (bench/, W1), and what waits is
     # durable in PostgreSQL and answerable (`ledger show` reads staging too).
