@@ -162,7 +162,10 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
 #   also catch that helper itself;
 # - pyspark.daemon, which serves the outbox source's Python worker: the query's planning
 #   of its next micro-batch (the source's ticks; no data) then fails. The bench's
-#   start/stop caught it in 2 runs of 3 with a SIGTERM during the query's first seconds.
+#   start/stop caught it in 2 runs of 3 with a SIGTERM during the query's first seconds;
+# - the source's Python worker while the query starts it (PythonStreamingSourceRunner's
+#   init reads the worker's first reply and meets its end): one start/stop of a full
+#   bench run, with the query still initializing.
 # A Python worker a batch body needed (a transform's) fails that body instead, which
 # stays a failure (BatchProcessor.failure).
 _HELPER_KILLED = re.compile(
@@ -170,6 +173,7 @@ _HELPER_KILLED = re.compile(
     r"|Failed to exec spawn helper: pid: \d+, signal: (?:2|15)\b"
     r"|EOFException occurred while reading the port number from pyspark\.daemon"
     r"|Python worker exited unexpectedly \(crashed\)"
+    r"|EOFException\s+at \S+\.readInt\S*\s+at \S+\.PythonStreamingSourceRunner\.init\("
 )
 
 

@@ -123,6 +123,14 @@ def _enter(stop: StopSignal) -> bool:
     "[STREAM_FAILED] Query [id = 3dfa6268] terminated with exception: EOFException "
     "occurred while reading the port number from pyspark.daemon's stdout.",
     "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)",
+    # A full bench run's start/stop: the SIGTERM reached the source's worker while the
+    # query, still initializing, waited for its first reply (Utils.exceptionString).
+    "org.apache.spark.sql.streaming.StreamingQueryException: [STREAM_FAILED] Query "
+    "terminated with exception:  SQLSTATE: XXKST\n"
+    "Caused by: java.io.EOFException\n"
+    "\tat java.base/java.io.DataInputStream.readInt(DataInputStream.java:386)\n"
+    "\tat org.apache.spark.sql.execution.python.streaming.PythonStreamingSourceRunner"
+    ".init(PythonStreamingSourceRunner.scala:135)\n",
 ])
 def test_a_helper_killed_by_our_own_stop_signal_is_not_a_failure(text: str) -> None:
     from relay.stream.runner import _stop_killed_a_helper
