@@ -97,7 +97,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         # 1,000 partitions: the Java producer takes a whole batch.size from its pool for
         # every partition it holds a batch for, so 256 KB batches would block on memory.
         "kafka": {"linger_ms": 5, "batch_size": 32_768, "compression_type": "lz4"},
-        },
+    },
     "W4": _BULK,
     # W5 mixes a trickle on 100 topics with one big backlog: the trickle's settings, with
     # the bulk batch size so the big topic is not drained in tiny claims.
