@@ -122,13 +122,12 @@ class KafkaConfig(_Model):
 
 class LedgerConfig(_Model):
     path: str = ".relay-data/ledger"
-    # A copy's Spark jobs (read staging, write Delta, read it back) share the cores with
-    # the rounds: copies every 30 s made the soak's latency bursts (bench/), fewer and
-    # larger ones cost less. What waits is durable in PostgreSQL and answerable meanwhile.
+    # A copy's Spark jobs (read staging, write Delta, read it back) take the cores the
+    # rounds need (bench/: copies every 30 s made the soak's latency bursts, and W1's
+    # drain slowed beside them), so copies are rare; what waits is durable in PostgreSQL
+    # and answerable (`ledger show` reads staging too).
     flush_interval_s: float = Field(120.0, gt=0)
-    # An available-now drain copies at its end, and while it runs only this often: a copy
-    # beside the drain's rounds takes the cores they need (bench/, W1), and what waits is
-    # durable in PostgreSQL and answerable (`ledger show` reads staging too).
+    # An available-now drain copies at its end, and while it runs only this often.
     drain_flush_interval_s: float = Field(600.0, gt=0)
     retention_hours: int = Field(24 * 30, ge=168)
 
