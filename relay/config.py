@@ -180,6 +180,9 @@ class RelaySettings(_Model):
     # stalls delivery for Spark's trigger (about 1 s on 2 cores): at 30 s, two stalls a
     # minute put W2's p99 above 1 s (bench/).
     micro_batch_s: float = Field(300.0, ge=0)
+    # Topics whose claims come back full drain in rounds of their own, beside the other
+    # topics' rounds (relay.stream.lanes); false runs every topic in one lane.
+    drain_lane: bool = True
 
     @field_validator("include_topics", "exclude_topics")
     @classmethod

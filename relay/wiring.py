@@ -38,11 +38,57 @@ class Relay:
     ledger: Ledger
     metrics: RuntimeMetrics
     status_db: Database | None = None
+    # The drain lane's own control plane (relay.stream.lanes); None when it is off.
+    drain: Relay | None = None
 
     def close(self) -> None:
         for db in (self.db, self.heartbeat_locks.db, self.ledger.db, self.status_db):
             if db is not None:
                 db.close()
+        if self.drain is not None:
+            self.drain.db.close()
+            self.drain.heartbeat_locks.db.close()
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    """A lane's connection, locks and claims under one token."""
+
+    db: Database
+    locks: TopicLocks
+    heartbeat_locks: TopicLocks
+    claims: Claims
+
+
+def control_plane(config: Config, token: str, name: str) -> ControlPlane:
+    relay = config.relay
+    backoff = Backoff(relay.backoff_base_s, relay.backoff_max_s)
+    db = Database(config.postgres, name)
+    # The heartbeat thread gets its own connection: a psycopg2 connection must not be
+    # shared by threads mid-transaction.
+    heartbeat_db = Database(config.postgres, f"{name}-heartbeat")
+    return ControlPlane(
+        db=db,
+        locks=TopicLocks(db, token, relay.lock_timeout_s, backoff),
+        heartbeat_locks=TopicLocks(heartbeat_db, token, relay.lock_timeout_s, backoff),
+        claims=Claims(db, token, relay.lock_timeout_s, relay.header_prefix, relay.source_name),
+    )
+
+
+# A drain lane's token is its process's token with this suffix.
+DRAIN_SUFFIX = "/drain"
+
+
+def drain_lane(main: Relay) -> Relay:
+    """The drain lane's view of `main`: its own token and connections, the rest shared.
+    A token of its own because the executors' read view shows a token's latest batch,
+    and the two lanes claim concurrently; the locks then keep a topic in one lane."""
+    token = main.token + DRAIN_SUFFIX
+    plane = control_plane(main.config, token, "outbox-relay-drain")
+    return Relay(config=main.config, spark=main.spark, token=token, db=plane.db,
+                 locks=plane.locks, heartbeat_locks=plane.heartbeat_locks,
+                 claims=plane.claims, admin=main.admin, ledger=main.ledger,
+                 metrics=main.metrics)
 
 
 def build_relay(config: Config, spark: SparkSession,
@@ -59,22 +105,22 @@ def build_relay(config: Config, spark: SparkSession,
         status_db = Database(config.postgres, "outbox-relay-metrics")
         metrics.registry.register(StatusCollector(
             status_db, relay.lock_timeout_s, config.ledger.path, config.metrics.max_label_topics))
-    backoff = Backoff(relay.backoff_base_s, relay.backoff_max_s)
-    db = Database(config.postgres, "outbox-relay")
-    # The heartbeat thread and the ledger copier each get their own connection:
-    # a psycopg2 connection must not be shared by threads mid-transaction.
-    heartbeat_db = Database(config.postgres, "outbox-relay-heartbeat")
+    plane = control_plane(config, token, "outbox-relay")
+    # The ledger copier thread has its own connection too.
     ledger_db = Database(config.postgres, "outbox-relay-ledger")
-    return Relay(
+    built = Relay(
         config=config,
         spark=spark,
         token=token,
-        db=db,
-        locks=TopicLocks(db, token, relay.lock_timeout_s, backoff),
-        heartbeat_locks=TopicLocks(heartbeat_db, token, relay.lock_timeout_s, backoff),
-        claims=Claims(db, token, relay.lock_timeout_s, relay.header_prefix, relay.source_name),
+        db=plane.db,
+        locks=plane.locks,
+        heartbeat_locks=plane.heartbeat_locks,
+        claims=plane.claims,
         admin=KafkaAdmin(config.kafka),
         ledger=Ledger(spark, config, ledger_db),
         metrics=metrics,
         status_db=status_db,
     )
+    if relay.drain_lane:
+        built.drain = drain_lane(built)
+    return built

@@ -92,6 +92,13 @@ chosen AS (
     FROM healthy h
     WHERE h.running_bytes <= %(batch_bytes)s OR h.n = 1
 ),
+-- Whether a topic's claim stopped at its row or byte limit: more of it is waiting, and
+-- its next rounds go to the drain lane (relay.stream.lanes). A cut at a bad row is not.
+backlog AS (
+    SELECT h.topic, count(*) >= %(limit)s OR bool_or(h.running_bytes > %(batch_bytes)s
+                                                    AND h.n > 1) AS more
+    FROM healthy h GROUP BY h.topic
+),
 session AS (
     INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids, compacted_ids)
     SELECT gen_random_uuid(), (SELECT batch_id FROM batch), topic, %(token)s,
@@ -102,8 +109,9 @@ session AS (
               cardinality(ids) AS rows, cardinality(compacted_ids) AS compacted
 )
 SELECT coalesce(s.topic, f.topic) AS topic, s.session_id, s.batch_id, s.rows, s.compacted,
-       f.bad_id, f.problem
+       f.bad_id, f.problem, coalesce(b.more, false) AS more
 FROM session s FULL JOIN first_problem f ON f.topic = s.topic
+LEFT JOIN backlog b ON b.topic = coalesce(s.topic, f.topic)
 """
 
 SESSION_SENT_IDS = """
@@ -166,6 +174,7 @@ class Claim:
     problem: str | None
     partitions: int | None = None  # the topic's partition count for this send
     partitioner: Partitioner | None = None
+    more: bool = False  # the claim stopped at its row or byte limit: more is waiting
 
 
 @dataclass(frozen=True)
@@ -216,6 +225,7 @@ class Claims:
                 problem=r["problem"],
                 partitions=spec[r["topic"]].partitions,
                 partitioner=spec[r["topic"]].partitioner,
+                more=bool(r["more"]),
             )
             for r in rows
         ]

@@ -8,7 +8,8 @@ locks from the lock to the delete.
 A body runs rounds for up to `relay.micro_batch_s`: Spark's own cost per trigger (offset
 and commit logs, planning, about 1 s on 2 cores) is then paid once for many rounds
 instead of once per round. Between rounds no lock is held and the stop flag is read, so
-a stop still ends the body after the round in flight.
+a stop still ends the body after the round in flight. Topics with a backlog run their
+rounds in the drain lane beside these (relay.stream.lanes), for the length of the body.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Collection
-from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -32,7 +31,9 @@ from relay.errors import DatabaseUnavailableError, UnreachableError
 from relay.observe.progress import Progress
 from relay.stream.delivery import Delivery
 from relay.stream.heartbeat import Heartbeat
+from relay.stream.lanes import DrainLane
 from relay.stream.policy import rule_for
+from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal
 from relay.stream.topic_check import TopicCheck
 from relay.wiring import Relay
@@ -43,18 +44,9 @@ log = logging.getLogger(__name__)
 _DB_ERROR_PAUSE_S = 2.0
 
 
-@dataclass
-class RelayStats:
-    published: Counter[str] = field(default_factory=Counter)
-    compacted: Counter[str] = field(default_factory=Counter)
-    parked: Counter[str] = field(default_factory=Counter)
-    errors: dict[str, str] = field(default_factory=dict)
-    batches: int = 0
-
-
 class BatchProcessor:
     def __init__(self, relay: Relay, stop: StopSignal, *, bound: int | None = None,
-                 continuous: bool = False) -> None:
+                 continuous: bool = False, stats: RelayStats | None = None) -> None:
         self.relay = relay
         self.stop = stop
         # Available-now: after a body's first round, only topics with rows up to `bound`
@@ -65,7 +57,7 @@ class BatchProcessor:
         # Continuous: an idle body keeps polling until its time is up, so a message
         # written then waits for one poll, not for Spark's next trigger.
         self.continuous = continuous
-        self.stats = RelayStats()
+        self.stats = stats if stats is not None else RelayStats()
         settings = relay.config.relay
         self._filter = TopicFilter(settings.include_topics, settings.exclude_topics)
         self._parking = Parking(relay.db, relay.token, settings.lock_timeout_s,
@@ -79,6 +71,11 @@ class BatchProcessor:
         # The error that ended a batch body, if one did: the runner tells it apart from
         # what its own query.stop() makes Spark raise after the last body finished.
         self.failure: BaseException | None = None
+        # The topics of the last round whose claims stopped at their limit.
+        self.backlogged: frozenset[str] = frozenset()
+        self._drain = None if relay.drain is None else DrainLane(
+            BatchProcessor(relay.drain, stop, bound=bound, stats=self.stats), relay.spark, stop,
+            settings.poll_interval_s)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         self.run_rounds(f"micro-batch {batch_id}", self.relay.config.relay.micro_batch_s)
@@ -91,16 +88,13 @@ class BatchProcessor:
             if not may_run:
                 return
             try:
-                rounds = 0
-                while True:
-                    worked = self.run_once(self.bound if rounds else None)
-                    rounds += 1
-                    if self.stop.requested or time.monotonic() >= deadline:
-                        return
-                    if not worked and not self._idle_poll(deadline):
-                        return
-                    if worked and self._make_way():
-                        return
+                if self._drain is not None and seconds > 0:
+                    self._drain.start(deadline, self.bound)
+                try:
+                    self._rounds(deadline)
+                finally:
+                    if self._drain is not None:
+                        self._drain.end()
             except (DatabaseUnavailableError, UnreachableError) as exc:
                 # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
                 # Any other error is a defect and fails the query loudly.
@@ -109,6 +103,22 @@ class BatchProcessor:
             except BaseException as exc:
                 self.failure = exc
                 raise
+
+    def _rounds(self, deadline: float) -> None:
+        rounds = 0
+        while True:
+            worked = self.run_once(self.bound if rounds else None)
+            rounds += 1
+            if self._drain is not None:
+                self._drain.split.hand_over(self.backlogged)
+                if self._drain.failure is not None:
+                    return
+            if self.stop.requested or time.monotonic() >= deadline:
+                return
+            if not worked and not self._idle_poll(deadline):
+                return
+            if worked and self._make_way():
+                return
 
     def _make_way(self) -> bool:
         """Between rounds no lock is held, but the next round would take every topic back
@@ -121,8 +131,12 @@ class BatchProcessor:
 
     def _idle_poll(self, deadline: float) -> bool:
         """After a round without work: whether to try another one. Continuous bodies wait
-        one poll interval (woken early by a stop); available-now bodies end."""
-        if not self.continuous:
+        one poll interval (woken early by a stop); available-now bodies end, unless the
+        drain lane still works."""
+        draining = self._drain is not None and self._drain.busy
+        if draining:
+            self._show_progress()
+        if not self.continuous and not draining:
             return False
         pause = min(self.relay.config.relay.poll_interval_s, deadline - time.monotonic())
         return pause > 0 and not self.stop.wait(pause)
@@ -130,20 +144,26 @@ class BatchProcessor:
     def _policy(self, topic: str) -> str:
         return rule_for(self.relay.config.relay.topic_rules, topic).policy
 
-    def run_once(self, bound: int | None = None) -> bool:
-        """One round, on the ready topics (with rows up to `bound` when given); returns
-        whether it locked any topic."""
+    def run_once(self, bound: int | None = None, only: Collection[str] | None = None) -> bool:
+        """One round, on the ready topics (with rows up to `bound` when given; of `only`
+        when given, else not the drain lane's); returns whether it locked any topic."""
         settings = self.relay.config.relay
+        self.backlogged = frozenset()
         states = pending_topics(self.relay.db, settings.lock_timeout_s, self._filter, bound)
         ready = [s.topic for s in states
                  if s.state == "ready" and (bound is None or s.below_bound)]
+        if only is not None:
+            ready = [t for t in ready if t in only]
+        elif self._drain is not None:
+            draining = self._drain.split.draining
+            ready = [t for t in ready if t not in draining]
         if not ready:
             return False
         with self.metrics.phase("lock"):
             locked = self.relay.locks.acquire(ready)
         if not locked:
             return False
-        self.stats.batches += 1
+        self.stats.add_batch()
         errors: dict[str, str] = {}
         acknowledged: list[Claim] = []
         self._delivery.new_batch()
@@ -212,8 +232,12 @@ class BatchProcessor:
         return outcome.acknowledged
 
     def _count(self, topic: str, outcome: str, n: int) -> None:
-        getattr(self.stats, outcome)[topic] += n
+        self.stats.add(topic, outcome, n)
         self.metrics.messages(topic, outcome, n)
+
+    def _show_progress(self) -> None:
+        if self.progress is not None:
+            self.progress.update(self.stats.snapshot())
 
     def _finish(self, locked: Collection[str], acknowledged: list[Claim],
                 errors: dict[str, str], lost: Collection[str]) -> None:
@@ -225,20 +249,19 @@ class BatchProcessor:
             if c.topic in done.owned:
                 self._count(c.topic, "published", c.rows - c.compacted)
                 self._count(c.topic, "compacted", c.compacted)
+        self.backlogged = frozenset(c.topic for c in acknowledged
+                                    if c.more and c.topic in done.owned - errors.keys())
         self.metrics.delivery_lag.add(done.lag)
         self.metrics.lock_lost(len(done.lost | set(lost)))
         if done.published or done.compacted:
             self.metrics.succeeded()
-        if self.progress is not None:
-            self.progress.update(self.stats)
+        self._show_progress()
         if done.lost:
             log.warning("lock lost for %s before the delete: rows left to the new owner",
                         sorted(done.lost))
         for topic, reason in sorted(errors.items()):
             log.error("topic %s errored, backing off: %s", topic, reason)
-            self.stats.errors[topic] = reason
-        for topic in done.owned - errors.keys():
-            self.stats.errors.pop(topic, None)
+        self.stats.note_errors(errors, cleared=done.owned - errors.keys())
 
     def _jvm_alive(self) -> bool:
         try:

@@ -24,8 +24,9 @@ from relay.exit_codes import ExitCode
 from relay.ledger.flusher import LedgerFlusher
 from relay.observe.progress import Progress
 from relay.observe.serve import exported
-from relay.stream.batch import BatchProcessor, RelayStats
+from relay.stream.batch import BatchProcessor
 from relay.stream.source import SOURCE_NAME, OutboxSource
+from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal, forward_jvm_signals
 from relay.wiring import Relay
 

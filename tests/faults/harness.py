@@ -35,6 +35,7 @@ from relay.config import Config
 from relay.config_load import build_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
+from relay.wiring import DRAIN_SUFFIX
 from tests.integration.helpers import partitioning_bytes
 from tests.integration.process import write_profile
 
@@ -805,11 +806,17 @@ def relays() -> Iterator[list[RelayProc]]:
 
 
 def tokens_of(url: str, source_name: str) -> set[str]:
-    """Fencing tokens of a source seen so far (tokens start with the source name)."""
+    """Fencing tokens of a source's processes seen so far (tokens start with the source
+    name); a drain lane's token counts as its process's."""
     rows = query(url, "SELECT DISTINCT token FROM fault_fence_events WHERE token LIKE %s "
                  "UNION SELECT DISTINCT new_owner FROM fault_lock_events WHERE new_owner LIKE %s",
                  (source_name + "@%", source_name + "@%"))
-    return {t for (t,) in rows if t}
+    return {t.removesuffix(DRAIN_SUFFIX) for (t,) in rows if t}
+
+
+def lane_tokens(token: str) -> list[str]:
+    """The tokens one process claims under: its own and its drain lane's."""
+    return [token, token + DRAIN_SUFFIX]
 
 
 def sources_connected(url: str) -> int:

@@ -20,8 +20,8 @@ from relay.observe.logs import JsonFormatter, configure_logging
 from relay.observe.progress import Progress, format_progress
 from relay.observe.runtime import OTHER_TOPICS, DeliveryLag, RuntimeMetrics, TopicLabels
 from relay.observe.serve import push
-from relay.stream.batch import RelayStats
 from relay.stream.failures import failure_kind
+from relay.stream.stats import RelayStats
 
 
 def samples(metrics: RuntimeMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -1,5 +1,6 @@
-"""The session's own settings: the ledger's copies run in a scheduler pool of their own,
-behind the rounds' writes, and the driver keeps a bounded history of its jobs."""
+"""The session's own settings: the drain lane's rounds and the ledger's copies run in
+scheduler pools of their own, behind the main rounds' writes, and the driver keeps a
+bounded history of its jobs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from relay.config_load import build_config
 from relay.ledger.delta import LEDGER_POOL
 from relay.spark import base_conf
+from relay.stream.lanes import DRAIN_POOL
 
 
 def test_the_session_schedules_fairly_with_the_relays_pools() -> None:
@@ -16,10 +18,11 @@ def test_the_session_schedules_fairly_with_the_relays_pools() -> None:
     assert conf["spark.scheduler.mode"] == "FAIR"
     pools = {p.get("name"): p for p in ET.parse(conf["spark.scheduler.allocation.file"])
              .getroot().iter("pool")}
-    assert set(pools) == {"default", LEDGER_POOL}
-    # Needy first: the rounds' pool always is, the ledger's never.
+    assert set(pools) == {"default", DRAIN_POOL, LEDGER_POOL}
+    # Needy first: the main rounds' pool always is, the drain lane's and the ledger's never.
     min_share = {name: int(p.findtext("minShare") or 0) for name, p in pools.items()}
-    assert min_share[LEDGER_POOL] == 0 and min_share["default"] >= 256
+    assert min_share[LEDGER_POOL] == min_share[DRAIN_POOL] == 0
+    assert min_share["default"] >= 256
 
 
 def test_the_pools_file_ships_in_the_wheel() -> None:

@@ -1,0 +1,120 @@
+"""The drain lane on the real stack: a topic with a backlog drains in rounds of its own
+while the busy topics' rounds go on beside them, every key shape in order.
+
+What the lanes did is read from PostgreSQL while the relay runs (which token holds
+which topic's lock), and what arrived from a consumer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from relay.stack import StackInfo
+from relay.stream.runner import EXIT_OK
+from relay.stream.stop import StopSignal
+from relay.wiring import DRAIN_SUFFIX
+from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
+from tests.integration.helpers import (
+    consume,
+    create_topics,
+    every_key_shape,
+    insert,
+    order_report,
+    query,
+    unique,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+HOLDERS = "SELECT topic, locked_by FROM kafka_topic_info WHERE locked_by IS NOT NULL"
+LEFT = "SELECT count(*) FROM kafka_messages WHERE topic = ANY(%s)"
+
+
+class _LockWatch:
+    """Samples the topics' lock holders until stopped: the moments when the big topic
+    was held by a drain lane while a busy topic was held by that lane's process."""
+
+    def __init__(self, url: str, big: str) -> None:
+        self.url, self.big = url, big
+        self.samples = 0
+        self.tokens: set[str] = set()
+        self.side_by_side = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _LockWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._done.wait(0.01):
+            holders = dict(query(self.url, HOLDERS))
+            self.samples += 1
+            self.tokens |= set(holders.values())
+            big = holders.get(self.big)
+            if big is not None and big.endswith(DRAIN_SUFFIX) and any(
+                    token == big.removesuffix(DRAIN_SUFFIX)
+                    for topic, token in holders.items() if topic != self.big):
+                self.side_by_side += 1
+
+
+@pytest.mark.parametrize("lanes", [True, False], ids=["drain-lane", "one-lane"])
+def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    lanes: bool,
+) -> None:
+    big = unique("lane-big")
+    busy = [unique(f"lane-busy{i}") for i in range(3)]
+    create_topics(stack.kafka_bootstrap, {big: 3, **dict.fromkeys(busy, 2)})
+    backlog = every_key_shape([big], 6_000)
+    written = dict(zip(insert(migrated_url, [backlog[i:i + 500]
+                                             for i in range(0, len(backlog), 500)]),
+                       backlog, strict=True))
+    config = make_config([big, *busy], relay={
+        "batch_size": 400, "micro_batch_s": 600, "poll_interval_s": 0.05,
+        "drain_lane": lanes})
+    stop = StopSignal()
+    with _LockWatch(migrated_url, big) as watch:
+        thread, results = run_in_thread(lambda: run_relay(config, available_now=False,
+                                                          stop=stop))
+        try:
+            # The busy topics write small waves, every key shape, until the backlog is gone.
+            wave = 0
+            while query(migrated_url, LEFT, ([big],))[0][0] > 0:
+                assert thread.is_alive(), "the relay ended during the drain"
+                msgs = [replace(m, value=m.value and m.value + f"/{wave}".encode())
+                        for m in every_key_shape(busy, 6)]
+                written |= dict(zip(insert(migrated_url, [msgs]), msgs, strict=True))
+                wave += 1
+                time.sleep(0.05)
+            assert wait_for(lambda: query(migrated_url, LEFT, ([big, *busy],))[0][0] == 0,
+                            120, 0.1)
+        finally:
+            stop.request("test")
+            thread.join(120)
+    assert results and results[0].exit_code == EXIT_OK
+
+    got = consume(stack.kafka_bootstrap, [big, *busy], expect=len(written))
+    assert sorted(r.outbox_id for r in got) == sorted(written), "lost or duplicated"
+    inversions, spread, _ = order_report(written, got)
+    assert (inversions, spread) == (0, 0)
+    assert query(migrated_url, "SELECT count(*) FROM relay_sessions")[0][0] == 0
+    assert query(migrated_url, "SELECT count(*) FROM kafka_topic_info WHERE topic = ANY(%s) "
+                 "AND locked_by IS NOT NULL", ([big, *busy],))[0][0] == 0
+    drain_tokens = {t for t in watch.tokens if t.endswith(DRAIN_SUFFIX)}
+    if lanes:
+        assert wave >= 5, f"only {wave} waves of busy messages during the drain"
+        assert watch.side_by_side > 0, (
+            f"never saw the drain lane hold {big} while its process held a busy topic "
+            f"({watch.samples} samples, tokens {sorted(watch.tokens)})")
+    else:
+        assert not drain_tokens and watch.side_by_side == 0

@@ -1,0 +1,140 @@
+"""The drain lane's hand-offs, on a fake round and a fake Spark (no Spark, no network):
+a topic is in one lane at a time, comes back once its claims no longer fill up, and a
+defect or a stop ends the lane after its round in flight."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Collection
+from typing import Any
+
+import pytest
+
+from relay.errors import DatabaseUnavailableError
+from relay.stream.lanes import DRAIN_POOL, DrainLane
+from relay.stream.stop import StopSignal
+
+
+class _Spark:
+    def __init__(self) -> None:
+        self.sparkContext = self
+        self.pools: list[str] = []
+
+    def setLocalProperty(self, key: str, value: str) -> None:
+        assert key == "spark.scheduler.pool"
+        self.pools.append(value)
+
+
+class _Rounds:
+    """Each topic's claims fill up `full[topic]` times, then come back short."""
+
+    def __init__(self, full: dict[str, int], fail: BaseException | None = None) -> None:
+        self.full = dict(full)
+        self.fail = fail
+        self.backlogged: frozenset[str] = frozenset()
+        self.seen: list[frozenset[str]] = []
+        self.in_round = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
+
+    def run_once(self, bound: int | None = None, only: Collection[str] | None = None) -> bool:
+        assert only is not None
+        self.seen.append(frozenset(only))
+        self.in_round.set()
+        self.release.wait(10)
+        if self.fail is not None:
+            raise self.fail
+        self.backlogged = frozenset(t for t in only if self.full.get(t, 0) > 1)
+        for t in only:
+            self.full[t] = self.full.get(t, 0) - 1
+        return True
+
+
+def _lane(rounds: _Rounds, stop: StopSignal | None = None) -> tuple[DrainLane, _Spark]:
+    spark = _Spark()
+    return DrainLane(rounds, spark, stop or StopSignal(), poll_s=0.01), spark
+
+
+def _until(cond: Any, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.005)
+
+
+def test_a_topic_drains_in_the_lane_until_its_claims_come_back_short() -> None:
+    rounds = _Rounds({"big": 3, "other": 1})
+    lane, spark = _lane(rounds)
+    lane.start(time.monotonic() + 30, bound=None)
+    lane.split.hand_over({"big", "other"})
+    assert lane.busy
+    _until(lambda: not lane.split.draining)
+    lane.end()
+    assert spark.pools == [DRAIN_POOL]
+    # "other" came back after its first short claim, "big" after its third.
+    assert rounds.seen[0] == {"big", "other"}
+    assert rounds.seen[1:] == [frozenset({"big"})] * 2
+    assert not lane.busy
+
+
+def test_the_lane_hands_its_topics_back_when_it_ends_after_the_round_in_flight() -> None:
+    rounds = _Rounds({"big": 100})
+    lane, _ = _lane(rounds)
+    lane.start(time.monotonic() + 30, bound=7)
+    rounds.release.clear()
+    lane.split.hand_over({"big"})
+    assert rounds.in_round.wait(10)
+    ender = threading.Thread(target=lane.end)
+    ender.start()
+    time.sleep(0.1)
+    assert ender.is_alive(), "end() must wait for the round in flight"
+    assert lane.split.draining == {"big"}, "a topic mid-round is not the main lane's yet"
+    rounds.release.set()
+    ender.join(10)
+    assert not ender.is_alive() and lane.split.draining == frozenset()
+    assert len(rounds.seen) == 1
+
+
+def test_a_stop_ends_the_lane_between_rounds() -> None:
+    stop = StopSignal()
+    rounds = _Rounds({"big": 10**6})
+    lane, _ = _lane(rounds, stop)
+    lane.start(time.monotonic() + 30, bound=None)
+    lane.split.hand_over({"big"})
+    _until(lambda: len(rounds.seen) >= 2)
+    stop.request("test")
+    n = len(rounds.seen)
+    lane.end()
+    assert len(rounds.seen) <= n + 1
+
+
+def test_a_defect_in_a_drain_round_is_raised_by_end_with_the_topics_given_back() -> None:
+    rounds = _Rounds({"big": 5}, fail=RuntimeError("a defect"))
+    lane, _ = _lane(rounds)
+    lane.start(time.monotonic() + 30, bound=None)
+    lane.split.hand_over({"big"})
+    _until(lambda: lane.failure is not None)
+    assert lane.split.draining == frozenset()
+    with pytest.raises(RuntimeError, match="a defect"):
+        lane.end()
+
+
+def test_a_database_error_gives_the_topics_back_to_the_main_lane() -> None:
+    rounds = _Rounds({"big": 5}, fail=DatabaseUnavailableError("down"))
+    lane, _ = _lane(rounds)
+    lane.start(time.monotonic() + 30, bound=None)
+    lane.split.hand_over({"big"})
+    _until(lambda: rounds.seen and not lane.split.draining)
+    lane.end()  # no defect: nothing raised
+    assert lane.failure is None
+
+
+def test_the_lane_ends_at_its_deadline_and_never_starts_a_round_after_it() -> None:
+    rounds = _Rounds({"big": 10**6})
+    lane, _ = _lane(rounds)
+    lane.start(time.monotonic() - 1, bound=None)
+    lane.split.hand_over({"big"})
+    time.sleep(0.1)
+    lane.end()
+    assert rounds.seen == []
