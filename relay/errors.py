@@ -38,6 +38,11 @@ class DatabaseUnavailableError(DatabaseError):
     exit_code = ExitCode.DATABASE_LOST
 
 
+# After such an error a batch body (or the drain lane) gives up its rounds, and the next
+# ones retry after this pause.
+RETRY_PAUSE_S = 2.0
+
+
 class LockLostError(RelayError):
     """This process no longer holds a topic lock it needed."""
 

@@ -27,7 +27,7 @@ from relay.control.claims import Claim, TopicLimits
 from relay.control.finish import finish
 from relay.control.parking import Parking
 from relay.control.pending import TopicFilter, pending_topics, relays_polling
-from relay.errors import DatabaseUnavailableError, UnreachableError
+from relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
 from relay.observe.progress import Progress
 from relay.stream.delivery import Delivery
 from relay.stream.heartbeat import Heartbeat
@@ -39,9 +39,6 @@ from relay.stream.topic_check import TopicCheck
 from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
-
-# After a database error the batch gives up and the next one retries after this pause.
-_DB_ERROR_PAUSE_S = 2.0
 
 
 class BatchProcessor:
@@ -99,7 +96,7 @@ class BatchProcessor:
                 # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
                 # Any other error is a defect and fails the query loudly.
                 log.error("%s gave up: %s", label, exc)
-                time.sleep(_DB_ERROR_PAUSE_S)
+                time.sleep(RETRY_PAUSE_S)
             except BaseException as exc:
                 self.failure = exc
                 raise

@@ -22,15 +22,12 @@ import time
 from collections.abc import Collection
 from typing import Any, Protocol
 
-from relay.errors import DatabaseUnavailableError, UnreachableError
+from relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
 from relay.stream.stop import StopSignal
 
 log = logging.getLogger(__name__)
 
 DRAIN_POOL = "relay-drain"
-# After a database error the lane hands its topics back and pauses: the main lane's own
-# error handling then decides, as it did before there was a drain lane.
-_DB_ERROR_PAUSE_S = 2.0
 
 
 
@@ -133,9 +130,10 @@ class DrainLane:
                 self._rounds.run_once(bound, only=topics)
             except (DatabaseUnavailableError, UnreachableError) as exc:
                 # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
+                # The topics go back: the main lane's own error handling decides next.
                 log.error("drain lane gave up its round: %s", exc)
                 self.split.give_back(topics)
-                self._ending.wait(_DB_ERROR_PAUSE_S)
+                self._ending.wait(RETRY_PAUSE_S)
                 continue
             except BaseException as exc:
                 self.failure = exc
