@@ -114,10 +114,10 @@ class BatchProcessor:
                 return
             if not worked and not self._idle_poll(deadline):
                 return
-            if worked and self._make_way():
+            if worked and self.make_way():
                 return
 
-    def _make_way(self) -> bool:
+    def make_way(self) -> bool:
         """Between rounds no lock is held, but the next round would take every topic back
         at once: when other relays poll this outbox, pause a random part of a poll
         interval so that they get topics too (Spark's trigger used to leave that gap).

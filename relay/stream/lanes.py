@@ -42,6 +42,11 @@ class Rounds(Protocol):
     def run_once(self, bound: int | None = None, only: Collection[str] | None = None
                  ) -> bool: ...
 
+    def make_way(self) -> bool:
+        """Pauses when other relays poll this outbox, so that they get topics too;
+        returns whether a stop came meanwhile."""
+        ...
+
 
 class LaneSplit:
     """Which topics the drain lane holds; thread-safe."""
@@ -140,3 +145,6 @@ class DrainLane:
                 self.split.give_back(topics)
                 return
             self.split.give_back(topics - self._rounds.backlogged)
+            # A topic another relay takes meanwhile is not ready for the next round,
+            # which then gives it back.
+            self._rounds.make_way()

@@ -13,12 +13,14 @@ from dataclasses import replace
 
 import pytest
 
+from relay.control.claims import TopicLimits
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from relay.stream.stop import StopSignal
-from relay.wiring import DRAIN_SUFFIX
+from relay.wiring import DRAIN_SUFFIX, control_plane
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
+    Msg,
     consume,
     create_topics,
     every_key_shape,
@@ -118,3 +120,26 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
             f"({watch.samples} samples, tokens {sorted(watch.tokens)})")
     else:
         assert not drain_tokens and watch.side_by_side == 0
+
+
+@pytest.mark.parametrize(("limit", "batch_bytes", "more"), [
+    (4, 10_000_000, True),    # the row limit cut the claim
+    (100, 10_000_000, False),  # the claim took every row
+    (100, 2_500, True),       # the byte limit cut it (1 KB rows)
+], ids=["rows", "all", "bytes"])
+def test_a_claim_says_whether_it_stopped_at_its_limit(
+    migrated_url: str, make_config: ConfigFactory, limit: int, batch_bytes: int, more: bool,
+) -> None:
+    """Claim.more is what moves a topic to the drain lane."""
+    topic = unique("lane-claim")
+    insert(migrated_url, [[Msg(topic, f"k{i}".encode(), b"x" * 1000) for i in range(10)]])
+    config = make_config([topic])
+    plane = control_plane(config, "lane-claim-test", "test-lane-claim")
+    try:
+        assert plane.locks.acquire([topic]) == [topic]
+        batch = plane.claims.claim([TopicLimits(topic, 1_000_000, False)], limit, batch_bytes)
+        (claim,) = batch.sessions
+        assert claim.rows < 10 if more else claim.rows == 10
+        assert claim.more is more
+    finally:
+        plane.db.close()

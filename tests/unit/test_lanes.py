@@ -34,6 +34,7 @@ class _Rounds:
         self.fail = fail
         self.backlogged: frozenset[str] = frozenset()
         self.seen: list[frozenset[str]] = []
+        self.made_way = 0
         self.in_round = threading.Event()
         self.release = threading.Event()
         self.release.set()
@@ -49,6 +50,10 @@ class _Rounds:
         for t in only:
             self.full[t] = self.full.get(t, 0) - 1
         return True
+
+    def make_way(self) -> bool:
+        self.made_way += 1
+        return False
 
 
 def _lane(rounds: _Rounds, stop: StopSignal | None = None) -> tuple[DrainLane, _Spark]:
@@ -75,6 +80,7 @@ def test_a_topic_drains_in_the_lane_until_its_claims_come_back_short() -> None:
     # "other" came back after its first short claim, "big" after its third.
     assert rounds.seen[0] == {"big", "other"}
     assert rounds.seen[1:] == [frozenset({"big"})] * 2
+    assert rounds.made_way == 3, "other relays get a chance between the lane's rounds"
     assert not lane.busy
 
 
