@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 DRAIN_POOL = "relay-drain"
 
 
-
 class Rounds(Protocol):
     """The drain lane's rounds (relay.stream.batch.BatchProcessor on the lane's Relay)."""
 
