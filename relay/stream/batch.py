@@ -158,11 +158,11 @@ class BatchProcessor:
                                     bound)
             ready = [s.topic for s in states
                      if s.state == "ready" and (bound is None or s.below_bound)]
-        if only is not None:
-            ready = [t for t in ready if t in only]
-        elif self._drain is not None:
-            draining = self._drain.split.draining
-            ready = [t for t in ready if t not in draining]
+            if only is not None:
+                ready = [t for t in ready if t in only]
+            elif self._drain is not None:
+                held = self._drain.split.draining
+                ready = [t for t in ready if t not in held]
         if not ready:
             return False
         with self.metrics.phase("lock"):
