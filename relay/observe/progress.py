@@ -15,7 +15,7 @@ _MIN_INTERVAL_S = 0.25
 
 
 class Counts(Protocol):
-    """What a drain has done so far (relay.stream.batch.RelayStats)."""
+    """What a drain has done so far (relay.stream.stats.RelayStats)."""
 
     @property
     def published(self) -> dict[str, int]: ...

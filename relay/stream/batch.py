@@ -1,9 +1,4 @@
-"""The body of foreachBatch: the seed's algorithm for every ready topic at once.
-
-One round: lock → validate → park what can never be sent (park policy) → claim → one
-JDBC read and Kafka write for all topics → delete and stage the ledger in one
-transaction → release, or register the error with backoff. The heartbeat renews the
-locks from the lock to the delete.
+"""The body of foreachBatch: rounds (relay.stream.round) for every ready topic at once.
 
 A body runs rounds for up to `relay.micro_batch_s`: Spark's own cost per trigger (offset
 and commit logs, planning, about 1 s on 2 cores) is then paid once for many rounds
@@ -18,24 +13,16 @@ import logging
 import random
 import time
 from collections.abc import Collection
-from typing import Any
 
 from pyspark.sql import DataFrame
 
-from relay import failpoints
-from relay.control.claims import Claim, TopicLimits
-from relay.control.finish import finish
-from relay.control.parking import Parking
 from relay.control.pending import TopicFilter, pending_topics, relays_polling
 from relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
 from relay.observe.progress import Progress
-from relay.stream.delivery import Delivery
-from relay.stream.heartbeat import Heartbeat
 from relay.stream.lanes import DrainLane
-from relay.stream.policy import rule_for
+from relay.stream.round import Round
 from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal
-from relay.stream.topic_check import TopicCheck
 from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
@@ -57,19 +44,12 @@ class BatchProcessor:
         self.stats = stats if stats is not None else RelayStats()
         settings = relay.config.relay
         self._filter = TopicFilter(settings.include_topics, settings.exclude_topics)
-        self._parking = Parking(relay.db, relay.token, settings.lock_timeout_s,
-                                settings.source_name, settings.header_prefix)
-        self._delivery = Delivery(relay, self._parking)
-        self._topics = TopicCheck(relay)
-        self.metrics = relay.metrics
-        self._written_at = time.monotonic()  # when the last write of a batch ended
+        self._round = Round(relay, stop, self.stats, self._show_progress)
         # Set by the runner for an available-now drain on a terminal.
         self.progress: Progress | None = None
         # The error that ended a batch body, if one did: the runner tells it apart from
         # what its own query.stop() makes Spark raise after the last body finished.
         self.failure: BaseException | None = None
-        # The topics of the last round whose claims stopped at their limit.
-        self.backlogged: frozenset[str] = frozenset()
         self._drain = None if relay.drain is None else DrainLane(
             BatchProcessor(relay.drain, stop, bound=bound, stats=self.stats), relay.spark, stop,
             settings.poll_interval_s)
@@ -138,140 +118,34 @@ class BatchProcessor:
         pause = min(self.relay.config.relay.poll_interval_s, deadline - time.monotonic())
         return pause > 0 and not self.stop.wait(pause)
 
-    def _policy(self, topic: str) -> str:
-        return rule_for(self.relay.config.relay.topic_rules, topic).policy
+    @property
+    def backlogged(self) -> frozenset[str]:
+        """The topics of the last round whose claims stopped at their limit."""
+        return self._round.backlogged
 
     def run_once(self, bound: int | None = None, only: Collection[str] | None = None) -> bool:
         """One round, on the ready topics (with rows up to `bound` when given; of `only`
         when given, else not the drain lane's); returns whether it locked any topic."""
-        settings = self.relay.config.relay
-        self.backlogged = frozenset()
+        return self._round.run(self._ready(bound, only))
+
+    def _ready(self, bound: int | None, only: Collection[str] | None) -> list[str]:
         if only is not None and bound is None:
             # The drain lane's topics had a full claim in their last round, and the lock
             # decides whether they are free (LOCK_TOPICS). The outbox's loose scan
             # (pending_topics) is skipped: near the end of a 500,000-row drain it ran for
             # seconds in every round (bench/, W5, stack samples), most likely walking the
             # index entries of the rows the drain deleted.
-            ready = sorted(only)
-        else:
-            states = pending_topics(self.relay.db, settings.lock_timeout_s, self._filter,
-                                    bound)
-            ready = [s.topic for s in states
-                     if s.state == "ready" and (bound is None or s.below_bound)]
-            if only is not None:
-                ready = [t for t in ready if t in only]
-            elif self._drain is not None:
-                held = self._drain.split.draining
-                ready = [t for t in ready if t not in held]
-        if not ready:
-            return False
-        with self.metrics.phase("lock"):
-            locked = self.relay.locks.acquire(ready)
-        if not locked:
-            return False
-        self.stats.add_batch()
-        errors: dict[str, str] = {}
-        acknowledged: list[Claim] = []
-        self._delivery.new_batch()
-        beat = Heartbeat(self.relay.heartbeat_locks, locked, settings.heartbeat_interval_s,
-                         self._jvm_alive, on_lost=self._delivery.lock_lost)
-        try:
-            with beat:
-                limits, doomed = self._topics.validate(locked, errors)
-                # A topic whose lock was lost gets no more work; the fenced SQL would
-                # refuse it anyway.
-                self._park_doomed([t for t in limits if t.topic not in beat.lost],
-                                  {t: r for t, r in doomed.items() if t not in beat.lost}, errors)
-                limits = [t for t in limits if t.topic not in beat.lost]
-                if limits and not self.stop.requested:
-                    acknowledged = self._claim_and_send(limits, errors)
-        finally:
-            # The heartbeat renewed up to here; finish's first statement row-locks the
-            # topics still held, so nobody can take them over until it commits.
-            self._finish(locked, acknowledged, errors, beat.lost)
-        return True
-
-    def _park_doomed(
-        self, limits: list[TopicLimits], doomed: dict[str, str], errors: dict[str, str]
-    ) -> None:
-        """Under the park policy, what can never be sent leaves the way of the rest;
-        under block, its topic waits in error."""
-        batch_size = self.relay.config.relay.batch_size
-        for topic, reason in doomed.items():
-            if self._policy(topic) == "park":
-                parked = self._parking.park_topic(topic, reason, batch_size)
-                self._count_parked(topic, len(parked), reason)
-            else:
-                errors[topic] = reason
-        park = [t for t in limits if self._policy(t.topic) == "park"]
-        for p in self._parking.park_doomed(park, batch_size):
-            self._count_parked(p.topic, 1, f"message {p.id}: {p.reason}")
-
-    def _count_parked(self, topic: str, n: int, reason: str) -> None:
-        if n:
-            self._count(topic, "parked", n)
-            log.warning("topic %s: parked %d message(s): %s", topic, n, reason)
-
-    def _claim_and_send(
-        self,
-        limits: list[TopicLimits],
-        errors: dict[str, str],
-    ) -> list[Claim]:
+            return sorted(only)
         settings = self.relay.config.relay
-        with self.metrics.phase("claim"):
-            batch = self.relay.claims.claim(limits, settings.batch_size,
-                                            settings.max_batch_bytes)
-        for c in batch.claims:
-            # Under park, the next batch parks the bad row before claiming.
-            if c.bad_id is not None and self._policy(c.topic) == "block":
-                errors[c.topic] = f"message {c.bad_id}: {c.problem}"
-        sessions = batch.sessions
-        if not sessions or batch.batch_id is None:
-            return []
-        with self.metrics.phase("write"):
-            outcome = self._delivery.deliver(batch.batch_id, sessions)
-        self._written_at = time.monotonic()
-        errors.update(outcome.errors)
-        for topic, n in outcome.parked.items():
-            self._count(topic, "parked", n)
-        failpoints.hit("after_ack")
-        return outcome.acknowledged
-
-    def _count(self, topic: str, outcome: str, n: int) -> None:
-        self.stats.add(topic, outcome, n)
-        self.metrics.messages(topic, outcome, n)
+        states = pending_topics(self.relay.db, settings.lock_timeout_s, self._filter, bound)
+        ready = [s.topic for s in states if s.state == "ready" and (bound is None or s.below_bound)]
+        if only is not None:
+            return [t for t in ready if t in only]
+        if self._drain is not None:
+            held = self._drain.split.draining
+            return [t for t in ready if t not in held]
+        return ready
 
     def _show_progress(self) -> None:
         if self.progress is not None:
             self.progress.update(self.stats.snapshot())
-
-    def _finish(self, locked: Collection[str], acknowledged: list[Claim],
-                errors: dict[str, str], lost: Collection[str]) -> None:
-        since_write = time.monotonic() - self._written_at if acknowledged else 0.0
-        with self.metrics.phase("delete"):
-            done = finish(self.relay.claims, self.relay.locks, locked, acknowledged, errors,
-                          self.metrics.delivery_lag.bounds, since_write)
-        for c in acknowledged:
-            if c.topic in done.owned:
-                self._count(c.topic, "published", c.rows - c.compacted)
-                self._count(c.topic, "compacted", c.compacted)
-        self.backlogged = frozenset(c.topic for c in acknowledged
-                                    if c.more and c.topic in done.owned - errors.keys())
-        self.metrics.delivery_lag.add(done.lag)
-        self.metrics.lock_lost(len(done.lost | set(lost)))
-        if done.published or done.compacted:
-            self.metrics.succeeded()
-        self._show_progress()
-        if done.lost:
-            log.warning("lock lost for %s before the delete: rows left to the new owner",
-                        sorted(done.lost))
-        for topic, reason in sorted(errors.items()):
-            log.error("topic %s errored, backing off: %s", topic, reason)
-        self.stats.note_errors(errors, cleared=done.owned - errors.keys())
-
-    def _jvm_alive(self) -> bool:
-        try:
-            jsc: Any = self.relay.spark.sparkContext._jsc
-            return not jsc.sc().isStopped()
-        except Exception:
-            return False

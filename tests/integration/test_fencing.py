@@ -13,35 +13,17 @@ import pytest
 from pyspark.sql import SparkSession
 
 from relay.config import Config
-from relay.control.claims import Claims, TopicLimits
-from relay.control.db import Database
+from relay.control.claims import TopicLimits
 from relay.control.finish import finish
-from relay.control.locks import Backoff, TopicLocks
-from relay.control.parking import Parking
 from relay.stack import StackInfo
-from relay.stream.batch import BatchProcessor
 from relay.stream.heartbeat import Heartbeat
+from relay.stream.round import Round
+from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal
 from relay.wiring import build_relay
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, create_topics, insert, query, unique, wait_for
-
-
-class Party:
-    """One relay's control-plane objects under one fencing token."""
-
-    def __init__(self, config: Config, token: str) -> None:
-        self.db = Database(config.postgres, f"test-{token}")
-        settings = config.relay
-        self.locks = TopicLocks(self.db, token, settings.lock_timeout_s, Backoff(0.5, 2))
-        self.claims = Claims(self.db, token, settings.lock_timeout_s, settings.header_prefix,
-                             settings.source_name)
-        self.parking = Parking(self.db, token, settings.lock_timeout_s, settings.source_name,
-                               settings.header_prefix)
-
-    def claim(self, topic: str) -> list[str]:
-        batch = self.claims.claim([TopicLimits(topic, 1_000_000, False)], 100, 10_000_000)
-        return [c.session_id for c in batch.sessions if c.session_id is not None]
+from tests.integration.parties import Party
 
 
 @pytest.fixture
@@ -58,8 +40,8 @@ def config(make_config: ConfigFactory, topic: str) -> Config:
 def parties(config: Config) -> Iterator[tuple[Party, Party]]:
     a, b = Party(config, "relay-a"), Party(config, "relay-b")
     yield a, b
-    a.db.close()
-    b.db.close()
+    a.close()
+    b.close()
 
 
 def _outbox(url: str, topic: str, n: int = 3) -> list[int]:
@@ -188,8 +170,8 @@ def test_the_heartbeat_renews_while_the_batch_validates(
     create_topics(stack.kafka_bootstrap, {topic: 1})
     _outbox(migrated_url, topic)
     relay = build_relay(config, spark)
-    processor = BatchProcessor(relay, StopSignal())
-    validate = processor._topics.validate
+    rounds = Round(relay, StopSignal(), RelayStats(), lambda: None)
+    validate = rounds._topics.validate
     renewed: list[bool] = []
 
     def slow_validate(locked: list[str], errors: dict[str, str]) -> Any:
@@ -199,9 +181,9 @@ def test_the_heartbeat_renews_while_the_batch_validates(
                                 3 * config.relay.heartbeat_interval_s, 0.2))
         return validate(locked, errors)
 
-    processor._topics.validate = slow_validate  # type: ignore[method-assign]
+    rounds._topics.validate = slow_validate  # type: ignore[method-assign]
     try:
-        processor.run_once()
+        assert rounds.run([topic])
     finally:
         relay.close()
     print("lock renewed while validating:", renewed)
@@ -215,8 +197,8 @@ def test_a_lock_lost_before_the_claim_skips_the_claim(
     create_topics(stack.kafka_bootstrap, {topic: 1})
     _outbox(migrated_url, topic)
     relay = build_relay(config, spark)
-    processor = BatchProcessor(relay, StopSignal())
-    validate, claim = processor._topics.validate, relay.claims.claim
+    rounds = Round(relay, StopSignal(), RelayStats(), lambda: None)
+    validate, claim = rounds._topics.validate, relay.claims.claim
     claimed: list[list[str]] = []
     lost = threading.Event()
 
@@ -231,17 +213,17 @@ def test_a_lock_lost_before_the_claim_skips_the_claim(
         claimed.append([t.topic for t in limits])
         return claim(limits, *args)
 
-    lock_lost = processor._delivery.lock_lost
+    lock_lost = rounds._delivery.lock_lost
 
     def noted(topics: set[str]) -> None:
         lock_lost(topics)
         lost.set()
 
-    processor._delivery.lock_lost = noted  # type: ignore[method-assign]
-    processor._topics.validate = stolen_while_validating  # type: ignore[method-assign]
+    rounds._delivery.lock_lost = noted  # type: ignore[method-assign]
+    rounds._topics.validate = stolen_while_validating  # type: ignore[method-assign]
     relay.claims.claim = recording_claim  # type: ignore[method-assign]
     try:
-        processor.run_once()
+        assert rounds.run([topic])
     finally:
         relay.close()
     print("lost reported:", lost.is_set(), "claims made for:", claimed)

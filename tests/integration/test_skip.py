@@ -23,16 +23,15 @@ from pyspark.sql import functions as F
 from relay.cli import main
 from relay.config import Config
 from relay.control import skipping
-from relay.control.claims import Claims, TopicLimits
+from relay.control.claims import TopicLimits
 from relay.control.db import Database
-from relay.control.locks import Backoff, TopicLocks
-from relay.control.parking import Parking
 from relay.exit_codes import ExitCode
 from relay.ledger.delta import Ledger
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
+from tests.integration.parties import Party
 from tests.integration.process import write_profile
 
 pytestmark = pytest.mark.integration
@@ -44,17 +43,6 @@ WHERE outcome IN ('skipped', 'dropped') ORDER BY seq
 
 # The five ids just past the next round's claim (batch_size 50).
 NEXT_ROUND = "SELECT id FROM kafka_messages WHERE topic = %s ORDER BY id OFFSET 50 LIMIT 5"
-
-
-class Relay:
-    """The control plane of a relay with its own token: locks, claims and parking."""
-
-    def __init__(self, config: Config, token: str) -> None:
-        s = config.relay
-        self.db = Database(config.postgres, f"test-{token}")
-        self.locks = TopicLocks(self.db, token, s.lock_timeout_s, Backoff(0.5, 2))
-        self.claims = Claims(self.db, token, s.lock_timeout_s, s.header_prefix, s.source_name)
-        self.parking = Parking(self.db, token, s.lock_timeout_s, s.source_name, s.header_prefix)
 
 
 @pytest.fixture
@@ -132,7 +120,7 @@ def test_skip_refuses_what_a_relay_is_working_on_and_changes_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     ids = insert(migrated_url, [[Msg(topic, b"k", str(i).encode()) for i in range(4)]])
-    relay = Relay(config, "relay-a")
+    relay = Party(config, "relay-a")
     try:
         assert relay.locks.acquire([topic]) == [topic]
         batch = relay.claims.claim([TopicLimits(topic, 10**6, False)], 2, 10**9)
@@ -160,7 +148,7 @@ def test_skip_refuses_what_a_relay_is_working_on_and_changes_nothing(
         assert cli(profile, "skip", ids[3], "--yes", "--wait-s", 30) == ExitCode.OK
         timer.join()
     finally:
-        relay.db.close()
+        relay.close()
     assert outbox_ids(migrated_url) == ids[:3]
     assert [(o, list(i)) for o, i, *_ in staged(migrated_url)] == [("skipped", [ids[3]])]
 
@@ -172,13 +160,13 @@ def test_skip_without_a_terminal_asks_for_yes_and_names_parked_ids(
     ids = insert(migrated_url, [[Msg(topic, b"k", b"v"), Msg(topic, b"j", b"w")]])
     assert cli(profile, "skip", ids[0]) == ExitCode.DECLINED  # pytest's stdin is no terminal
     assert outbox_ids(migrated_url) == ids
-    relay = Relay(config, "relay-p")
+    relay = Party(config, "relay-p")
     try:
         relay.locks.acquire([topic])
         relay.parking.park_one(ids[1], "refused by the broker", 1)
         relay.locks.release([topic])
     finally:
-        relay.db.close()
+        relay.close()
     capsys.readouterr()
     assert cli(profile, "skip", ids[1], "--yes") == ExitCode.NOT_FOUND
     assert "parked" in capsys.readouterr().err
@@ -188,14 +176,14 @@ def test_parked_drop_is_recorded_in_the_ledger_as_dropped(
     spark: SparkSession, config: Config, profile: str, migrated_url: str, topic: str,
 ) -> None:
     ids = insert(migrated_url, [[Msg(topic, b"k", b"poison"), Msg(topic, b"k", b"after")]])
-    relay = Relay(config, "relay-d")
+    relay = Party(config, "relay-d")
     try:
         relay.locks.acquire([topic])
         for i in ids:
             relay.parking.park_one(i, "refused by the broker", 1)
         relay.locks.release([topic])
     finally:
-        relay.db.close()
+        relay.close()
     before = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
     assert cli(profile, "parked", "drop", ids[0], "--yes") == ExitCode.OK
 

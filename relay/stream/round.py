@@ -1,0 +1,164 @@
+"""One round of the seed's algorithm, for every ready topic of a lane at once.
+
+Lock → validate → park what can never be sent (park policy) → claim → one JDBC read and
+Kafka write for all topics → delete and stage the ledger in one transaction → release,
+or register the error with backoff. The heartbeat renews the locks from the lock to the
+delete.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+from typing import Any
+
+from relay import failpoints
+from relay.control.claims import Claim, TopicLimits
+from relay.control.finish import finish
+from relay.control.parking import Parking
+from relay.stream.delivery import Delivery
+from relay.stream.heartbeat import Heartbeat
+from relay.stream.policy import rule_for
+from relay.stream.stats import RelayStats
+from relay.stream.stop import StopSignal
+from relay.stream.topic_check import TopicCheck
+from relay.wiring import Relay
+
+log = logging.getLogger(__name__)
+
+
+class Round:
+    """Runs one lane's rounds, one at a time, under its Relay's token."""
+
+    def __init__(self, relay: Relay, stop: StopSignal, stats: RelayStats,
+                 finished: Callable[[], None]) -> None:
+        self.relay = relay
+        self.stop = stop
+        self.stats = stats
+        self._finished = finished  # after each round that locked a topic
+        settings = relay.config.relay
+        self._parking = Parking(relay.db, relay.token, settings.lock_timeout_s,
+                                settings.source_name, settings.header_prefix)
+        self._delivery = Delivery(relay, self._parking)
+        self._topics = TopicCheck(relay)
+        self.metrics = relay.metrics
+        self._written_at = time.monotonic()  # when the last write of a round ended
+        # The topics of the last round whose claims stopped at their limit.
+        self.backlogged: frozenset[str] = frozenset()
+
+    def run(self, ready: list[str]) -> bool:
+        """One round on `ready`; returns whether it locked any topic."""
+        settings = self.relay.config.relay
+        self.backlogged = frozenset()
+        if not ready:
+            return False
+        with self.metrics.phase("lock"):
+            locked = self.relay.locks.acquire(ready)
+        if not locked:
+            return False
+        self.stats.add_batch()
+        errors: dict[str, str] = {}
+        acknowledged: list[Claim] = []
+        self._delivery.new_batch()
+        beat = Heartbeat(self.relay.heartbeat_locks, locked, settings.heartbeat_interval_s,
+                         self._jvm_alive, on_lost=self._delivery.lock_lost)
+        try:
+            with beat:
+                limits, doomed = self._topics.validate(locked, errors)
+                # A topic whose lock was lost gets no more work; the fenced SQL would
+                # refuse it anyway.
+                self._park_doomed([t for t in limits if t.topic not in beat.lost],
+                                  {t: r for t, r in doomed.items() if t not in beat.lost}, errors)
+                limits = [t for t in limits if t.topic not in beat.lost]
+                if limits and not self.stop.requested:
+                    acknowledged = self._claim_and_send(limits, errors)
+        finally:
+            # The heartbeat renewed up to here; finish's first statement row-locks the
+            # topics still held, so nobody can take them over until it commits.
+            self._finish(locked, acknowledged, errors, beat.lost)
+        return True
+
+    def _policy(self, topic: str) -> str:
+        return rule_for(self.relay.config.relay.topic_rules, topic).policy
+
+    def _park_doomed(
+        self, limits: list[TopicLimits], doomed: dict[str, str], errors: dict[str, str]
+    ) -> None:
+        """Under the park policy, what can never be sent leaves the way of the rest;
+        under block, its topic waits in error."""
+        batch_size = self.relay.config.relay.batch_size
+        for topic, reason in doomed.items():
+            if self._policy(topic) == "park":
+                parked = self._parking.park_topic(topic, reason, batch_size)
+                self._count_parked(topic, len(parked), reason)
+            else:
+                errors[topic] = reason
+        park = [t for t in limits if self._policy(t.topic) == "park"]
+        for p in self._parking.park_doomed(park, batch_size):
+            self._count_parked(p.topic, 1, f"message {p.id}: {p.reason}")
+
+    def _count_parked(self, topic: str, n: int, reason: str) -> None:
+        if n:
+            self._count(topic, "parked", n)
+            log.warning("topic %s: parked %d message(s): %s", topic, n, reason)
+
+    def _claim_and_send(
+        self,
+        limits: list[TopicLimits],
+        errors: dict[str, str],
+    ) -> list[Claim]:
+        settings = self.relay.config.relay
+        with self.metrics.phase("claim"):
+            batch = self.relay.claims.claim(limits, settings.batch_size,
+                                            settings.max_batch_bytes)
+        for c in batch.claims:
+            # Under park, the next round parks the bad row before claiming.
+            if c.bad_id is not None and self._policy(c.topic) == "block":
+                errors[c.topic] = f"message {c.bad_id}: {c.problem}"
+        sessions = batch.sessions
+        if not sessions or batch.batch_id is None:
+            return []
+        with self.metrics.phase("write"):
+            outcome = self._delivery.deliver(batch.batch_id, sessions)
+        self._written_at = time.monotonic()
+        errors.update(outcome.errors)
+        for topic, n in outcome.parked.items():
+            self._count(topic, "parked", n)
+        failpoints.hit("after_ack")
+        return outcome.acknowledged
+
+    def _count(self, topic: str, outcome: str, n: int) -> None:
+        self.stats.add(topic, outcome, n)
+        self.metrics.messages(topic, outcome, n)
+
+    def _finish(self, locked: Collection[str], acknowledged: list[Claim],
+                errors: dict[str, str], lost: Collection[str]) -> None:
+        since_write = time.monotonic() - self._written_at if acknowledged else 0.0
+        with self.metrics.phase("delete"):
+            done = finish(self.relay.claims, self.relay.locks, locked, acknowledged, errors,
+                          self.metrics.delivery_lag.bounds, since_write)
+        for c in acknowledged:
+            if c.topic in done.owned:
+                self._count(c.topic, "published", c.rows - c.compacted)
+                self._count(c.topic, "compacted", c.compacted)
+        self.backlogged = frozenset(c.topic for c in acknowledged
+                                    if c.more and c.topic in done.owned - errors.keys())
+        self.metrics.delivery_lag.add(done.lag)
+        self.metrics.lock_lost(len(done.lost | set(lost)))
+        if done.published or done.compacted:
+            self.metrics.succeeded()
+        self._finished()
+        if done.lost:
+            log.warning("lock lost for %s before the delete: rows left to the new owner",
+                        sorted(done.lost))
+        for topic, reason in sorted(errors.items()):
+            log.error("topic %s errored, backing off: %s", topic, reason)
+        self.stats.note_errors(errors, cleared=done.owned - errors.keys())
+
+    def _jvm_alive(self) -> bool:
+        try:
+            jsc: Any = self.relay.spark.sparkContext._jsc
+            return not jsc.sc().isStopped()
+        except Exception:
+            return False
