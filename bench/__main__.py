@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.common import Scale
+from bench.common import DRIVER_MEMORY, Scale
 from bench.context import Bench
 from bench.env import BenchEnv
 from bench.outside import OutsideCpu
@@ -137,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
             "forced": quiet["forced"],
             "started": dt.datetime.now().isoformat(timespec="seconds"),
             "machine": {"cores": os.cpu_count(), "mem_gib": _mem_gib()},
+            "driver_memory": DRIVER_MEMORY,
             "sysload_start": [round(x, 2) for x in os.getloadavg()],
             "git": git,
             "dirty": dirty,

@@ -78,7 +78,9 @@ class Scale:
 W1_TOPICS, W1_KEYS, W1_PARTITIONS = 10, 10_000, 4
 W2_RATE, W2_TX, W2_TOPICS, W2_KEYS, W2_PARTITIONS, W2_WARMUP_S = 1000, 10, 10, 1000, 4, 20.0
 W3_PER_TOPIC, W3_KEYS, W3_PARTITIONS = 100, 10_000, 1
-HEAP = "2g"
+# The relay's driver heap in every workload: Spark's own default, which is what a plain
+# `spark-submit jobs/relay.py` (the README's launch) gives it. W4 holds it for both backlogs.
+DRIVER_MEMORY = "1g"
 
 _BULK: dict[str, dict[str, Any]] = {
     "relay": {"batch_size": 25_000, "read_partitions": 2},

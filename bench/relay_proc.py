@@ -21,12 +21,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench.common import DRIVER_MEMORY
 from bench.procs import gc_summary, kill_group, live_summary, relay_driver, signal_group, status_kb
 from relay.config import Config
 from tests.integration.process import write_profile
 
 REPO = Path(__file__).resolve().parents[1]
-DRIVER_MEMORY = "2g"
 
 _SUMMARY = re.compile(r"outbox-relay: (\d+) messages delivered in ([\d.]+) s \((\d+) batches\)")
 # The relay's log line when a copy batch is in Delta (relay.ledger.delta), local time.

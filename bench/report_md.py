@@ -126,8 +126,10 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
                   "Launch to first lock (packages already resolved), and SIGTERM to exit "
                   f"after 5 s idle, {len(o['runs'])} runs (start-up / stop): {runs}.", ""]
     if "W4" in w:
+        heap = meta.get("driver_memory", "2g")  # runs from before it was recorded: 2g
         lines += ["## W4: memory", "",
-                  "The same driver heap setting (`--driver-memory 2g`) for both backlogs. Peak "
+                  f"The same driver heap setting (`--driver-memory {heap}`) "
+                  "for both backlogs. Peak "
                   "RSS is VmHWM of the driver's Python process; the heap figures come from the "
                   "driver JVM's GC log. The live set is the largest that a concurrent marking "
                   "found reachable (`-Xlog:gc+liveness`): at most what a full collection would "

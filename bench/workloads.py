@@ -12,7 +12,7 @@ from __future__ import annotations
 from bench import startstop
 from bench.backlog import Backlog
 from bench.common import (
-    HEAP,
+    DRIVER_MEMORY,
     RELAY,
     W1_KEYS,
     W1_PARTITIONS,
@@ -98,7 +98,7 @@ class Workloads:
             topics = self.env.topic_names(label, W1_TOPICS)
             self.env.create_topics(topics, W1_PARTITIONS)
             backlog = Backlog(rows, tuple(topics), W1_KEYS)
-            log(f"W4: relay on {rows} rows, driver heap {HEAP}")
+            log(f"W4: relay on {rows} rows, driver heap {DRIVER_MEMORY}")
 
             def run(label: str, backlog: Backlog = backlog) -> Outcome:
                 return self.drains.relay("W4", label, backlog, W1_PARTITIONS, False,
