@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 Params = Sequence[Any] | dict[str, Any] | None
 
+PING = "SELECT 1"
+
 
 def connect(pg: PostgresConfig, application_name: str) -> psycopg2.extensions.connection:
     """Open a connection with the relay's session settings, or raise UnreachableError."""
@@ -93,6 +95,11 @@ class Database:
             and (conn.info.transaction_status == psycopg2.extensions.TRANSACTION_STATUS_UNKNOWN)
         ):
             self.close()
+
+    def check_reachable(self) -> None:
+        """Raises DatabaseUnavailableError or UnreachableError while the server does not
+        answer."""
+        self.execute(PING)
 
     def all(self, statement: str, params: Params = None) -> list[dict[str, Any]]:
         with self.transaction() as cur:

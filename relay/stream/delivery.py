@@ -20,7 +20,7 @@ from relay.control.parking import Parking
 from relay.data.plan import IdRange, RecordPlan
 from relay.data.sink import write_records
 from relay.errors import UnreachableError
-from relay.stream.failures import OUTAGE_PREFIX, describe_failure, failure_kind
+from relay.stream.failures import OUTAGE_PREFIX, describe_failure, failure_kind, read_failed
 from relay.stream.isolate import isolate
 from relay.stream.policy import rule_for
 from relay.stream.topic_bisect import bisect_topics, named_topics
@@ -126,6 +126,13 @@ class Delivery:
         if failure is None:
             return Outcome(acknowledged=list(sessions))
         log.warning("write of batch %d failed: %s", batch_id, failure)
+        if read_failed(failure):
+            # While PostgreSQL is down, the writes of a bisection would only fail again,
+            # and once it is back they would send twice what the failed write delivered
+            # (its tasks that had read everything went through). The round gives up
+            # (DatabaseUnavailableError); its rows stay for the next claim. A read
+            # failing for a reason of its own still goes to the bisection.
+            self.relay.db.check_reachable()
         if (down := self._outage(failure)) is not None:
             return Outcome(errors=dict.fromkeys(topics, down))
         found = bisect_topics(

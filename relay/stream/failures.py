@@ -8,6 +8,8 @@ _KAFKA_ERROR = re.compile(
     r"(org\.apache\.kafka\.common\.(?:errors\.)?[A-Za-z]+(?:Exception|Error)[^\n]*)"
 )
 _JAVA_ERROR = re.compile(r"((?:[a-z]+\.)+[A-Z][A-Za-z]*(?:Exception|Error):[^\n]*)")
+# What PostgreSQL's JDBC driver raises on the executors when the read of the batch fails.
+_READ_ERROR = re.compile(r"(org\.postgresql\.util\.PSQLException[^\n]*)")
 
 # Errors that sending again will not cure. Anything else (timeouts, a broker going
 # away, not enough replicas) is an outage: the topic backs off, nothing is parked.
@@ -27,13 +29,23 @@ def refused_for_good(reason: str) -> bool:
     return bool(_FOR_GOOD.search(reason))
 
 
+def read_failed(reason: str) -> bool:
+    """Whether `reason` (from describe_failure) is the JDBC read's: the database, not
+    Kafka, failed the write."""
+    return reason.startswith("org.postgresql.")
+
+
 def describe_failure(exc: BaseException) -> str:
     """The Kafka client's own exception line if there is one (a for-good one first),
-    else the first Java exception line, else the first line."""
+    else PostgreSQL's driver's (the JDBC read failed), else the first Java exception
+    line, else the first line."""
     text = str(exc)
     kafka = [m.strip() for m in _KAFKA_ERROR.findall(text)]
     for line in sorted(kafka, key=lambda line: not refused_for_good(line)):
         return line[:1000]
+    read = _READ_ERROR.search(text)
+    if read:
+        return read.group(1).strip()[:1000]
     match = _JAVA_ERROR.search(text)
     if match:
         return match.group(1).strip()[:1000]

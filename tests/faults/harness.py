@@ -241,16 +241,27 @@ def ownership(url: str, lock_timeout_s: float) -> Ownership:
 
 
 def unfinished_claims(url: str) -> set[int]:
-    """Ids of every session that did not end by deleting its rows in the same transaction
-    (killed, failed, fenced off): the only messages a relay may send twice."""
+    """Ids of every session that did not end by deleting its rows (killed, failed, fenced
+    off): the only messages a relay may send twice.
+
+    Such a session either ended in a transaction that deleted nothing of its topic, or
+    left its rows to a later claim: an id claimed twice was not deleted by its first
+    session. The transaction alone cannot tell the second case, since a finish drops its
+    relay's unfinished sessions in the same transaction that deletes the rows it claimed
+    again (a crash between a write and its finish, scenario 3).
+    """
     rows = query(url, """
         SELECT c.ids FROM fault_fence_events c
         WHERE c.kind = 'claim' AND NOT EXISTS (
             SELECT 1 FROM fault_fence_events e
             JOIN fault_fence_events d ON d.xid = e.xid AND d.topic = e.topic AND d.kind = 'delete'
             WHERE e.kind = 'session_end' AND e.session_id = c.session_id)
+        UNION ALL
+        SELECT array_agg(id) FROM (
+            SELECT id FROM fault_fence_events c, unnest(c.ids) AS id
+            WHERE c.kind = 'claim' GROUP BY id HAVING count(*) > 1) again
     """)
-    return {i for (ids,) in rows for i in ids}
+    return {i for (ids,) in rows if ids for i in ids}
 
 
 def outbox_ids(url: str) -> set[int]:

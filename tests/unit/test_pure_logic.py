@@ -6,7 +6,7 @@ from relay.config import TopicRule
 from relay.control.kafka_admin import TopicConfig, _topic_config, topic_name_problem
 from relay.control.migrate import discover
 from relay.control.pending import TopicFilter
-from relay.stream.failures import describe_failure
+from relay.stream.failures import describe_failure, read_failed
 from relay.stream.policy import rule_for
 from relay.stream.runner import EXIT_INTERRUPTED, EXIT_LEFT_OVER, EXIT_OK, _exit_code
 
@@ -53,6 +53,27 @@ def test_describe_failure_prefers_the_kafka_exception() -> None:
     assert describe_failure(RuntimeError(spark_text)).startswith(
         "org.apache.kafka.common.InvalidRecordException: Compacted topic"
     )
+
+
+def test_a_failed_jdbc_read_is_told_from_a_kafka_failure() -> None:
+    # As Spark reported a task whose read lost PostgreSQL (fault suite, scenario 3).
+    read = (
+        "An error occurred while calling o88.save.\n: org.apache.spark.SparkException: Job "
+        "aborted due to stage failure: Task 0 in stage 2.0 failed 1 times, most recent failure:"
+        " Lost task 0.0 in stage 2.0 (TID 3) (localhost executor driver): "
+        "org.postgresql.util.PSQLException: An I/O error occurred while sending to the backend."
+        "\n\tat org.postgresql.core.v3.QueryExecutorImpl.execute(QueryExecutorImpl.java:399)"
+        "\nCaused by: java.io.EOFException"
+    )
+    reason = describe_failure(RuntimeError(read))
+    assert reason == ("org.postgresql.util.PSQLException: An I/O error occurred while sending "
+                      "to the backend.")
+    assert read_failed(reason)
+    kafka = read.replace("org.postgresql.util.PSQLException: An I/O error occurred while "
+                         "sending to the backend.",
+                         "org.apache.kafka.common.errors.TimeoutException: Expiring 3 record(s)")
+    assert not read_failed(describe_failure(RuntimeError(kafka)))
+    assert not read_failed(describe_failure(RuntimeError("org.apache.spark.SparkException: x")))
 
 
 def test_migrations_are_numbered_and_ordered() -> None:
