@@ -15,6 +15,7 @@ from relay.control.claims import Claims
 from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.locks import Backoff, TopicLocks
+from relay.control.parking import Parking
 from relay.ledger.delta import Ledger
 from relay.observe.collector import StatusCollector
 from relay.observe.runtime import RuntimeMetrics
@@ -34,6 +35,7 @@ class Relay:
     locks: TopicLocks
     heartbeat_locks: TopicLocks
     claims: Claims
+    parking: Parking
     admin: KafkaAdmin
     ledger: Ledger
     metrics: RuntimeMetrics
@@ -52,12 +54,13 @@ class Relay:
 
 @dataclass(frozen=True)
 class ControlPlane:
-    """A lane's connection, locks and claims under one token."""
+    """A lane's connection, locks, claims and parking under one token."""
 
     db: Database
     locks: TopicLocks
     heartbeat_locks: TopicLocks
     claims: Claims
+    parking: Parking
 
 
 def control_plane(config: Config, token: str, name: str) -> ControlPlane:
@@ -72,6 +75,7 @@ def control_plane(config: Config, token: str, name: str) -> ControlPlane:
         locks=TopicLocks(db, token, relay.lock_timeout_s, backoff),
         heartbeat_locks=TopicLocks(heartbeat_db, token, relay.lock_timeout_s, backoff),
         claims=Claims(db, token, relay.lock_timeout_s, relay.header_prefix, relay.source_name),
+        parking=Parking(db, token, relay.lock_timeout_s, relay.source_name, relay.header_prefix),
     )
 
 
@@ -87,7 +91,8 @@ def drain_lane(main: Relay) -> Relay:
     plane = control_plane(main.config, token, "outbox-relay-drain")
     return Relay(config=main.config, spark=main.spark, token=token, db=plane.db,
                  locks=plane.locks, heartbeat_locks=plane.heartbeat_locks,
-                 claims=plane.claims, admin=main.admin, ledger=main.ledger,
+                 claims=plane.claims, parking=plane.parking, admin=main.admin,
+                 ledger=main.ledger,
                  metrics=main.metrics)
 
 
@@ -116,6 +121,7 @@ def build_relay(config: Config, spark: SparkSession,
         locks=plane.locks,
         heartbeat_locks=plane.heartbeat_locks,
         claims=plane.claims,
+        parking=plane.parking,
         admin=KafkaAdmin(config.kafka),
         ledger=Ledger(spark, config, ledger_db),
         metrics=metrics,

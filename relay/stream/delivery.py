@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from relay.control.claims import Claim
-from relay.control.parking import Parking
 from relay.data.plan import IdRange, RecordPlan
 from relay.data.sink import write_records
 from relay.errors import UnreachableError
@@ -40,9 +39,8 @@ class Outcome:
 
 
 class Delivery:
-    def __init__(self, relay: Relay, parking: Parking) -> None:
+    def __init__(self, relay: Relay) -> None:
         self.relay = relay
-        self.parking = parking
         self._guard = threading.Lock()
         self._ended = threading.Condition(self._guard)  # notified when a write ends
         self._lost: set[str] = set()
@@ -172,7 +170,7 @@ class Delivery:
         rule = rule_for(self.relay.config.relay.topic_rules, claim.topic)
         where = f"message {result.culprit}: {result.reason} (found in {result.attempts} sends)"
         if rule.policy == "park":
-            parked = self.parking.park_one(result.culprit, result.reason, result.attempts)
+            parked = self.relay.parking.park_one(result.culprit, result.reason, result.attempts)
             outcome.parked[claim.topic] += len(parked)
             log.warning("topic %s: parked %s", claim.topic, where)
         else:

@@ -16,7 +16,6 @@ from typing import Any
 from relay import failpoints
 from relay.control.claims import Claim, TopicLimits
 from relay.control.finish import finish
-from relay.control.parking import Parking
 from relay.stream.delivery import Delivery
 from relay.stream.heartbeat import Heartbeat
 from relay.stream.policy import rule_for
@@ -37,10 +36,8 @@ class Round:
         self.stop = stop
         self.stats = stats
         self._finished = finished  # after each round that locked a topic
-        settings = relay.config.relay
-        self._parking = Parking(relay.db, relay.token, settings.lock_timeout_s,
-                                settings.source_name, settings.header_prefix)
-        self._delivery = Delivery(relay, self._parking)
+        self._parking = relay.parking
+        self._delivery = Delivery(relay)
         self._topics = TopicCheck(relay)
         self.metrics = relay.metrics
         self._written_at = time.monotonic()  # when the last write of a round ended

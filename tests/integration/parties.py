@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from relay.config import Config
 from relay.control.claims import TopicLimits
-from relay.control.parking import Parking
 from relay.wiring import control_plane
 
 
@@ -16,8 +15,7 @@ class Party:
         plane = control_plane(config, token, f"test-{token}")
         self._heartbeat_db = plane.heartbeat_locks.db
         self.db, self.locks, self.claims = plane.db, plane.locks, plane.claims
-        s = config.relay
-        self.parking = Parking(self.db, token, s.lock_timeout_s, s.source_name, s.header_prefix)
+        self.parking = plane.parking
 
     def claim(self, topic: str) -> list[str]:
         """Claims `topic` (already locked) and returns the new session ids."""
