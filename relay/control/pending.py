@@ -9,23 +9,27 @@ from dataclasses import dataclass
 from relay.control.db import Database
 from relay.control.locks import IN_BACKOFF, RETRY_AT, held_by
 
-# Distinct topics by a loose index scan over (topic, id): one index probe per topic
-# instead of a scan of the whole queue. `bound` limits it to rows with id <= bound.
-# Every probe runs backwards, from a topic's newest rows: a drain deletes the lowest ids
-# first, and their index entries stay at the front of each topic's range until VACUUM
-# removes them, which it cannot while an older transaction holds the horizon. A forward
-# probe stepped over all of them, checking each in the heap: 6.4 s for 10 topics with
-# 900,000 rows deleted and the horizon held, where the backward one took 0.6 ms, which is
-# what a drain's polls and rounds paid every time (bench/, W1H).
-PENDING_TOPICS = f"""
-WITH RECURSIVE t AS (
+# The topics with rows in the outbox, as the recursive CTE `waiting(topic)` (its last row
+# is NULL): a loose index scan over (topic, id), one index probe per topic instead of a
+# scan of the whole queue. Every probe runs backwards, from a topic's newest rows: a
+# drain deletes the lowest ids first, and their index entries stay at the front of each
+# topic's range until VACUUM removes them, which it cannot while an older transaction
+# holds the horizon. A forward probe stepped over all of them, checking each in the heap:
+# 6.4 s for 10 topics with 900,000 rows deleted and the horizon held, where the backward
+# one took 0.6 ms, which is what a drain's polls and rounds paid every time (bench/, W1H).
+WAITING_TOPICS = """
+waiting(topic) AS (
     (SELECT topic FROM kafka_messages ORDER BY topic DESC LIMIT 1)
     UNION ALL
-    SELECT (SELECT m.topic FROM kafka_messages m WHERE m.topic < t.topic
+    SELECT (SELECT m.topic FROM kafka_messages m WHERE m.topic < w.topic
             ORDER BY m.topic DESC LIMIT 1)
-    FROM t WHERE t.topic IS NOT NULL
-)
-SELECT t.topic,
+    FROM waiting w WHERE w.topic IS NOT NULL
+)"""
+
+# `bound` limits below_bound to rows with id <= bound.
+PENDING_TOPICS = f"""
+WITH RECURSIVE {WAITING_TOPICS}
+SELECT w.topic,
        CASE
          WHEN {held_by("i.locked_by")} THEN 'locked'
          WHEN {IN_BACKOFF} THEN 'backoff'
@@ -35,12 +39,12 @@ SELECT t.topic,
        greatest(0, extract(epoch FROM {RETRY_AT} - now() AT TIME ZONE 'UTC'))::float
            AS retry_in_s,
        -- A scalar subquery: EXISTS would drop its ORDER BY, and with it the direction.
-       (SELECT m.id FROM kafka_messages m WHERE m.topic = t.topic AND m.id <= %(bound)s
+       (SELECT m.id FROM kafka_messages m WHERE m.topic = w.topic AND m.id <= %(bound)s
         ORDER BY m.id DESC LIMIT 1) IS NOT NULL AS below_bound
-FROM t
-LEFT JOIN kafka_topic_info i ON i.topic = t.topic
-WHERE t.topic IS NOT NULL
-ORDER BY t.topic
+FROM waiting w
+LEFT JOIN kafka_topic_info i ON i.topic = w.topic
+WHERE w.topic IS NOT NULL
+ORDER BY w.topic
 """
 
 MAX_ID = "SELECT coalesce(max(id), 0) AS max_id FROM kafka_messages"

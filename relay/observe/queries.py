@@ -9,20 +9,17 @@ comes from the database's clock; `created_at` and the topic row's times are UTC
 from __future__ import annotations
 
 from relay.control.locks import IN_BACKOFF, RETRY_AT, held_by
+from relay.control.pending import WAITING_TOPICS
 
 _NOW = "(now() AT TIME ZONE 'UTC')"
 
-# Every topic with waiting rows (a loose index scan over (topic, id): one probe per
-# topic), parked rows, or a kafka_topic_info row; its head and tail ids by one index
-# probe each, its lock and error state, and its parked count.
+# Every topic with waiting rows (relay.control.pending's loose index scan), parked rows,
+# or a kafka_topic_info row; its head and tail ids by one index probe each, its lock and
+# error state, and its parked count. The head probe must run forwards, so while a
+# transaction holds the horizon it steps over the index entries of the rows deleted
+# before the oldest one left.
 TOPICS = f"""
-WITH RECURSIVE waiting(topic) AS (
-    (SELECT topic FROM kafka_messages ORDER BY topic LIMIT 1)
-    UNION ALL
-    SELECT (SELECT m.topic FROM kafka_messages m WHERE m.topic > w.topic
-            ORDER BY m.topic LIMIT 1)
-    FROM waiting w WHERE w.topic IS NOT NULL
-),
+WITH RECURSIVE {WAITING_TOPICS},
 parked AS (
     SELECT topic, count(*) AS parked FROM relay_parked_messages GROUP BY topic
 ),
