@@ -54,7 +54,8 @@ class Relay:
 
 @dataclass(frozen=True)
 class ControlPlane:
-    """A lane's connection, locks, claims and parking under one token."""
+    """A lane's connection, locks, claims and parking under one token: each field is the
+    Relay field of the same name."""
 
     db: Database
     locks: TopicLocks
@@ -89,11 +90,8 @@ def drain_lane(main: Relay) -> Relay:
     and the two lanes claim concurrently; the locks then keep a topic in one lane."""
     token = main.token + DRAIN_SUFFIX
     plane = control_plane(main.config, token, "outbox-relay-drain")
-    return Relay(config=main.config, spark=main.spark, token=token, db=plane.db,
-                 locks=plane.locks, heartbeat_locks=plane.heartbeat_locks,
-                 claims=plane.claims, parking=plane.parking, admin=main.admin,
-                 ledger=main.ledger,
-                 metrics=main.metrics)
+    return Relay(config=main.config, spark=main.spark, token=token, **vars(plane),
+                 admin=main.admin, ledger=main.ledger, metrics=main.metrics)
 
 
 def build_relay(config: Config, spark: SparkSession,
@@ -117,11 +115,7 @@ def build_relay(config: Config, spark: SparkSession,
         config=config,
         spark=spark,
         token=token,
-        db=plane.db,
-        locks=plane.locks,
-        heartbeat_locks=plane.heartbeat_locks,
-        claims=plane.claims,
-        parking=plane.parking,
+        **vars(plane),
         admin=KafkaAdmin(config.kafka),
         ledger=Ledger(spark, config, ledger_db),
         metrics=metrics,

@@ -36,7 +36,6 @@ class Round:
         self.stop = stop
         self.stats = stats
         self._finished = finished  # after each round that locked a topic
-        self._parking = relay.parking
         self._delivery = Delivery(relay)
         self._topics = TopicCheck(relay)
         self.metrics = relay.metrics
@@ -87,12 +86,12 @@ class Round:
         batch_size = self.relay.config.relay.batch_size
         for topic, reason in doomed.items():
             if self._policy(topic) == "park":
-                parked = self._parking.park_topic(topic, reason, batch_size)
+                parked = self.relay.parking.park_topic(topic, reason, batch_size)
                 self._count_parked(topic, len(parked), reason)
             else:
                 errors[topic] = reason
         park = [t for t in limits if self._policy(t.topic) == "park"]
-        for p in self._parking.park_doomed(park, batch_size):
+        for p in self.relay.parking.park_doomed(park, batch_size):
             self._count_parked(p.topic, 1, f"message {p.id}: {p.reason}")
 
     def _count_parked(self, topic: str, n: int, reason: str) -> None:
