@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from relay.config import Config
 from relay.control.db import Database
 from relay.data.partitioning import partition_col
+from relay.data.partitioning_arrow import murmur2_partition_col
 from relay.data.read import jdbc_options
 from relay.errors import DatabaseUnavailableError, RelayError
 from relay.ledger import staging
@@ -53,9 +54,11 @@ def explode_staging(staged: DataFrame, origin: str) -> DataFrame:
     """One ledger row per message from staged session records of the outbox `origin`.
 
     A published record's partition comes from its row's partitioning bytes (parallel to
-    `ids`) by the sink's own expression (`partition_col`). It is NULL where the producer
-    chose it (a row with neither key nor partition_key, `partitioner` set), for what was
-    never sent, and for records staged before the bytes were kept (`partitioner` NULL).
+    `ids`): crc32 by the sink's own expression (`partition_col`), murmur2 by its Arrow
+    twin, which hashes a batch at a time (relay.data.partitioning_arrow says why). It is
+    NULL where the producer chose it (a row with neither key nor partition_key,
+    `partitioner` set), for what was never sent, and for records staged before the bytes
+    were kept (`partitioner` NULL).
     """
     # Each id travels with its own bytes: exploding `ids` alone and indexing the keys
     # array made every exploded row carry that whole array, and the copy of a 1M-row
@@ -71,7 +74,7 @@ def explode_staging(staged: DataFrame, origin: str) -> DataFrame:
     key = F.col("key")
     n, partitioner = F.col("topic_partitions"), F.col("partitioner")
     partition = (
-        F.when(partitioner == "murmur2", partition_col("murmur2", key, n))
+        F.when(partitioner == "murmur2", murmur2_partition_col(key, n))
         .when(partitioner == "crc32", partition_col("crc32", key, n))
     )
     return exploded.select(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -16,6 +17,7 @@ from relay.data.partitioning import (
     partitioning_key,
     partitioning_key_col,
 )
+from relay.data.partitioning_arrow import murmur2_array, murmur2_partition_col, murmur2_partitions
 
 pytestmark = pytest.mark.spark
 
@@ -90,6 +92,36 @@ def test_partition_expression_matches_reference(
     assert {r.i: r.p for r in rows} == {
         i: partition_for(partitioner, k, partitions) for i, k in enumerate(keys)  # type: ignore[arg-type]
     }
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 7, 64])
+def test_arrow_murmur2_partition_matches_expression_and_reference(
+    spark: SparkSession, partitions: int
+) -> None:
+    """The ledger copy's Arrow twin against the sink's expression and the reference, with
+    NULL keys among them and a DataFrame big enough to reach the UDF in several batches."""
+    keys: list[bytes | None] = [*_keys(), None] * 4
+    df = spark.createDataFrame([(i, k) for i, k in enumerate(keys)], "i int, k binary")
+    rows = df.repartition(3).select(
+        "i",
+        murmur2_partition_col(F.col("k"), F.lit(partitions)).alias("arrow"),
+        partition_col("murmur2", F.col("k"), F.lit(partitions)).alias("expr"),
+    ).collect()
+    expected = {i: None if k is None else partition_for("murmur2", k, partitions)
+                for i, k in enumerate(keys)}
+    assert {r.i: r.arrow for r in rows} == expected
+    assert {r.i: r.expr for r in rows} == expected
+
+
+def test_arrow_murmur2_of_sliced_arrays_and_missing_counts() -> None:
+    keys = _keys()
+    array = pa.array(keys, pa.binary())
+    assert murmur2_array(array).tolist() == [murmur2(k) for k in keys]
+    assert murmur2_array(array.slice(7, 50)).tolist() == [murmur2(k) for k in keys[7:57]]
+    assert murmur2_array(pa.array([], pa.binary())).tolist() == []
+    counts = pa.array([3, None, 0, -1, 5], pa.int32())
+    got = murmur2_partitions(pa.array([b"a", b"b", b"c", b"d", None], pa.binary()), counts)
+    assert got.to_pylist() == [partition_for("murmur2", b"a", 3), None, None, None, None]
 
 
 def test_null_key_has_no_partition(spark: SparkSession) -> None:
