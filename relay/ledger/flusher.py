@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from relay.wiring import Relay
 
@@ -29,14 +30,23 @@ class LedgerFlusher:
         self._thread.start()
 
     def _run(self) -> None:
+        # Copies start on a fixed rate: each is due an interval after the last one
+        # *started*. Fixed delay (an interval after it ended) drifted by the copy's length
+        # against the database's own once-a-minute autovacuum, which makes its own latency
+        # ramp, so the minutes of a steady load differed by where the two fell (bench/,
+        # SOAK). A copy longer than the interval is followed at once by the next.
         early = self._copy_early
-        while not self._done.wait(min(_FIRST_COPY_POLL_S, self._interval_s) if early
-                                  else self._interval_s):
-            # Early polling ends with the first copy, or the first failure: a copy that keeps
-            # failing is retried (and logged) once an interval, not every 2 s. The copy runs
-            # at every wake-up, early or not.
+        due = time.monotonic() + self._wait_s(early)
+        while not self._done.wait(max(0.0, due - time.monotonic())):
+            started = time.monotonic()
+            # Early polling ends with the first copy, or the first failure: a copy that
+            # keeps failing is retried (and logged) once an interval, not every 2 s.
             copied = self.flush_once()
             early = early and copied == 0
+            due = started + self._wait_s(early)
+
+    def _wait_s(self, early: bool) -> float:
+        return min(_FIRST_COPY_POLL_S, self._interval_s) if early else self._interval_s
 
     def flush_once(self) -> int | None:
         """Copies what is staged; returns the copy batches written, None after a failure."""

@@ -69,3 +69,34 @@ def test_copies_go_on_once_an_interval(copy_early: bool, results: list[int | Exc
     ledger = _Ledger(results)
     _run(ledger, copy_early=copy_early, seconds=0.5, interval_s=0.1)
     assert 4 <= ledger.calls <= 7, ledger.calls
+
+
+class _SlowLedger(_Ledger):
+    """A copy that takes `copy_s`, recording when each one started."""
+
+    def __init__(self, copy_s: float) -> None:
+        super().__init__([1])
+        self.copy_s = copy_s
+        self.starts: list[float] = []
+
+    def flush(self) -> int:
+        self.starts.append(time.monotonic())
+        time.sleep(self.copy_s)
+        return super().flush()
+
+
+def test_copies_start_an_interval_apart_however_long_each_takes() -> None:
+    """Fixed rate: with copies of 0.1 s every 0.2 s they start 0.2 s apart, where a fixed
+    delay would start them 0.3 s apart."""
+    ledger = _SlowLedger(copy_s=0.1)
+    _run(ledger, copy_early=False, seconds=1.5, interval_s=0.2)
+    gaps = sorted(b - a for a, b in zip(ledger.starts, ledger.starts[1:], strict=False))
+    assert len(gaps) >= 4, ledger.starts
+    assert gaps[len(gaps) // 2] < 0.25, gaps
+
+
+def test_a_copy_longer_than_the_interval_is_followed_at_once() -> None:
+    ledger = _SlowLedger(copy_s=0.15)
+    _run(ledger, copy_early=False, seconds=1.0, interval_s=0.05)
+    gaps = [b - a for a, b in zip(ledger.starts, ledger.starts[1:], strict=False)]
+    assert gaps and max(gaps) < 0.25, gaps  # no interval's wait after an overrun copy
