@@ -90,6 +90,9 @@ def test_soak_per_minute_p99_and_first_against_last() -> None:
     created = {i: float(i) for i in range(240)}
     lat = {i: 0.1 if i < 120 else 0.2 for i in range(240)}
     assert per_minute_p99(created, lat, 0.0) == [0.1, 0.1, 0.2, 0.2]
+    # A run that ended at 200 s: the minute it cut (180-200 s) is not a minute.
+    assert per_minute_p99(created, lat, 0.0, end=200.0) == [0.1, 0.1, 0.2]
+    assert per_minute_p99(created, lat, 0.0, end=240.0) == [0.1, 0.1, 0.2, 0.2]
     assert steady([0.1, 0.1, 0.1, 0.1], 2)["steady"]
     result = steady([0.1, 0.1, 0.2, 0.2], 2)
     assert result["ratio"] == pytest.approx(2.0) and not result["steady"]
