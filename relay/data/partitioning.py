@@ -13,7 +13,8 @@ Each comes twice: a pure-Python reference (relay/partitioners.py, no Spark) and 
 Column expression that runs on the executors without a Python worker. The expression
 keeps every intermediate value of the 32-bit arithmetic in [0, 2**32) as a bigint: a
 product of such a value and the 31-bit constant stays below 2**63, so Spark's ANSI
-overflow checks never fire.
+overflow checks never fire. murmur2 has a third form for bulk work off the latency path,
+an Arrow UDF (relay/data/partitioning_arrow.py, the ledger copy's); tests pin all three.
 """
 
 from __future__ import annotations
