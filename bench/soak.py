@@ -54,9 +54,9 @@ def per_minute_p99(created: dict[int, float], lat: dict[int, float], t0: float,
     buckets: dict[int, list[float]] = {}
     for seq, value in lat.items():
         buckets.setdefault(int((created[seq] - t0) // minute_s), []).append(value)
-    whole = (lambda m: True) if end is None else (lambda m: t0 + (m + 1) * minute_s <= end + 1)
-    return [round(percentiles(buckets[m])["p99"], 4) for m in sorted(buckets)
-            if m >= 0 and whole(m)]
+    # A second of slack: `end` is taken just after the generator's last send.
+    whole = float("inf") if end is None else (end + 1 - t0) // minute_s
+    return [round(percentiles(buckets[m])["p99"], 4) for m in sorted(buckets) if 0 <= m < whole]
 
 
 def steady(minutes: list[float], span: int) -> dict[str, Any]:

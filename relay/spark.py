@@ -13,7 +13,6 @@ from relay.spark_jars import cached_jars
 
 # Option and property keys whose values must never reach a log line or a plan.
 REDACTION_REGEX = r"(?i)secret|password|passwd|token|access[.]?key|jaas|credential"
-AUTO_COMPACT_MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
 # The driver's status store keeps every job, stage and SQL execution up to these counts
@@ -61,7 +60,7 @@ def base_conf(config: Config) -> dict[str, str]:
         # ever larger rewrites beside the rounds (bench/, SOAK: the copy that compacted
         # ten 1.5 MB files took 14-19 s, the others 4 s). At 16 MB each row is rewritten
         # at most about twice and no compaction rewrites more than about 16 MB.
-        "spark.databricks.delta.autoCompact.maxFileSize": str(AUTO_COMPACT_MAX_FILE_BYTES),
+        "spark.databricks.delta.autoCompact.maxFileSize": str(16 * 1024 * 1024),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         **STATUS_RETENTION,

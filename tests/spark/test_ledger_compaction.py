@@ -51,8 +51,8 @@ def test_a_compacted_file_over_half_the_maximum_is_not_rewritten_again(
     Scaled down (the session's value is restored): ten appends of about 3 KB compact into
     one file over half of a 32 KB maximum, and the next ten do not rewrite it."""
     conf = base_conf(build_config({"spark": {"resolve_packages": False}}, env={}))
-    assert conf["spark.databricks.delta.autoCompact.maxFileSize"] == str(16 * 1024 * 1024)
     key = "spark.databricks.delta.autoCompact.maxFileSize"
+    assert conf[key] == str(16 * 1024 * 1024)
     before = spark.conf.get(key)
     threshold = int(conf[THRESHOLD])
     path = str(tmp_path / "ledger")
@@ -70,7 +70,7 @@ def test_a_compacted_file_over_half_the_maximum_is_not_rewritten_again(
             append(i)
         after = _sizes(path)
     finally:
-        spark.conf.set(key, before or str(16 * 1024 * 1024))
+        spark.conf.set(key, before or conf[key])
     print("after the first compaction:", compacted, "after the second:", sorted(after.values()))
     assert set(compacted) <= set(after)  # the first compacted file is still in the snapshot
     assert DeltaTable(path).to_pyarrow_table().num_rows == 2 * threshold * ROWS
