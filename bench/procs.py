@@ -140,17 +140,25 @@ def gc_summary(log_files: list[Path]) -> dict[str, float | int | None]:
     }
 
 
+def log_segments(log_file: Path) -> list[Path]:
+    """A JVM log and the segments it rotated out (`name.0`, `name.1`, ...): the liveness
+    log of a 5M drain passes the JVM's default 20 MB, and its early markings were in a
+    segment the bench did not read (the run at 86ed92d reported 438 MB of 736)."""
+    rotated = [p for p in log_file.parent.glob(f"{log_file.name}.*") if p.suffix[1:].isdigit()]
+    return [*rotated, *([log_file] if log_file.exists() else [])]
+
+
 def live_summary(log_file: Path) -> dict[str, float | int | None]:
     """The driver JVM's live set from its -Xlog:gc+liveness file: what each concurrent
     marking found reachable (objects allocated during the marking count as live), the
     largest over the run. None when no marking ran."""
     live: list[float] = []
-    phase = ""
-    text = log_file.read_text(errors="replace") if log_file.exists() else ""
-    for line in text.splitlines():
-        if m := _PHASE.search(line):
-            phase = m[1]
-        elif phase == "Post-Marking" and (m := _NEXT_LIVE.search(line)):
-            live.append(float(m[1]))
+    for segment in log_segments(log_file):
+        phase = ""
+        for line in segment.read_text(errors="replace").splitlines():
+            if m := _PHASE.search(line):
+                phase = m[1]
+            elif phase == "Post-Marking" and (m := _NEXT_LIVE.search(line)):
+                live.append(float(m[1]))
     return {"markings": len(live),
             "heap_live_max_mb": round(max(live), 1) if live else None}

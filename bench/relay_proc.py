@@ -28,6 +28,9 @@ from tests.integration.process import write_profile
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The liveness log's decorators (the JVM's defaults) and no rotation: a 5M drain writes
+# more than the default 20 MB a file, and every marking must be read.
+LIVE_LOG_TAIL = "uptime,level,tags:filecount=0"
 _SUMMARY = re.compile(r"outbox-relay: (\d+) messages delivered in ([\d.]+) s \((\d+) batches\)")
 # The relay's log line when a copy batch is in Delta (relay.ledger.delta), local time.
 _COPY_LANDED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO relay\.ledger\.delta: "
@@ -124,7 +127,7 @@ def launch(
     gc_dir.mkdir(parents=True)
     java_opts = f"-Duser.timezone=UTC -Xlog:gc:file={gc_dir}/gc-%p.log"
     if live_set:
-        java_opts += f" -Xlog:gc+liveness=trace:file={gc_dir}/live-%p.log"
+        java_opts += f" -Xlog:gc+liveness=trace:file={gc_dir}/live-%p.log:{LIVE_LOG_TAIL}"
     spark_conf = {
         **config.spark.conf,
         "spark.driver.memory": driver_memory,

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from bench.procs import gc_summary, live_summary
+from bench.procs import gc_summary, live_summary, log_segments
+from bench.relay_proc import LIVE_LOG_TAIL
 from bench.report import figures_of
 
 # Keeps about 15 MB reachable while it allocates 400 MB: the heap after a pause and the
@@ -88,3 +89,32 @@ def test_w4_rates_the_live_set_and_falls_back_for_older_runs() -> None:
     old = figures_of(w4(heap_after_gc_max_mb=(600.0, 780.0)))["relay"]
     assert old["w4_heap_ratio"] == pytest.approx(1.3)
     assert old["w4_heap_rule"] == "max after GC"
+
+
+def test_every_rotated_segment_of_the_liveness_log_is_read(tmp_path: Path) -> None:
+    """A JVM made to rotate its liveness log every 64 KB: each marking is counted once,
+    whichever segment holds it (the bench read only the last one, and a 5M drain's log
+    rotates at the default 20 MB)."""
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java on PATH")
+    (tmp_path / "Churn.java").write_text(_CHURN)
+    live = tmp_path / "live.log"
+    subprocess.run(
+        [java, "-Xmx128m", "-XX:+UseG1GC", "-XX:InitiatingHeapOccupancyPercent=5",
+         f"-Xlog:gc:file={tmp_path}/gc.log",
+         f"-Xlog:gc+liveness=trace:file={live}:uptime,level,tags:filecount=50,filesize=64k",
+         str(tmp_path / "Churn.java")], check=True, capture_output=True, timeout=120)
+    assert len(log_segments(live)) > 1
+    remarks = (tmp_path / "gc.log").read_text().count("Pause Remark")
+    assert live_summary(live)["markings"] == remarks >= 1
+
+
+def test_the_bench_liveness_log_options_are_accepted_by_the_jvm(tmp_path: Path) -> None:
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java on PATH")
+    option = f"-Xlog:gc+liveness=trace:file={tmp_path}/live.log:{LIVE_LOG_TAIL}"
+    done = subprocess.run([java, option, "-version"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
