@@ -43,12 +43,7 @@ def test_pending_topics_reads_a_few_pages_while_a_held_horizon_keeps_the_deleted
     topics = sorted(unique("pending") for _ in range(3))
     # Interleaved ids, as concurrent writers leave them; then a drain's deletes: each
     # topic's lowest ids first, 90% of them.
-    query(migrated_url, """
-        INSERT INTO kafka_messages (topic, key, message, created_at, updated_at)
-        SELECT (%s::varchar[])[1 + g %% 3], ('k' || g)::bytea, '\\x00'::bytea,
-               now() AT TIME ZONE 'UTC', now() AT TIME ZONE 'UTC'
-        FROM generate_series(1, %s) g
-    """, (topics, 3 * PER_TOPIC))
+    _insert_interleaved(migrated_url, topics)
     top = query(migrated_url, "SELECT max(id) FROM kafka_messages WHERE topic = ANY(%s)",
                 (topics,))[0][0]
     first = top - 3 * PER_TOPIC + 1
@@ -90,12 +85,7 @@ def test_pending_topics_keeps_its_index_walk_after_an_analyze_of_a_nearly_empty_
     plain session here is forced to the bitmap, to show what it costs; the relay's
     connections turn bitmap scans off, and must keep the index walk."""
     topics = sorted(unique("analyzed") for _ in range(10))
-    query(migrated_url, """
-        INSERT INTO kafka_messages (topic, key, message, created_at, updated_at)
-        SELECT (%s::varchar[])[1 + g %% 10], ('k' || g)::bytea, '\\x00'::bytea,
-               now() AT TIME ZONE 'UTC', now() AT TIME ZONE 'UTC'
-        FROM generate_series(1, %s) g
-    """, (topics, 10 * PER_TOPIC))
+    _insert_interleaved(migrated_url, topics)
     query(migrated_url, """
         DELETE FROM kafka_messages m
         WHERE m.id < (SELECT max(n.id) - 30 FROM kafka_messages n WHERE n.topic = m.topic)
@@ -126,6 +116,16 @@ def test_pending_topics_keeps_its_index_walk_after_an_analyze_of_a_nearly_empty_
     assert not _has_bitmap(root), json.dumps(root, indent=1)[:3000]
     buffers = root["Shared Hit Blocks"] + root["Shared Read Blocks"]
     assert buffers <= MAX_BUFFERS, json.dumps(root, indent=1)[:3000]
+
+
+def _insert_interleaved(url: str, topics: list[str]) -> None:
+    """PER_TOPIC rows for each topic, their ids interleaved across the topics."""
+    query(url, """
+        INSERT INTO kafka_messages (topic, key, message, created_at, updated_at)
+        SELECT (%s::varchar[])[1 + g %% cardinality(%s::varchar[])], ('k' || g)::bytea,
+               '\\x00'::bytea, now() AT TIME ZONE 'UTC', now() AT TIME ZONE 'UTC'
+        FROM generate_series(1, %s) g
+    """, (topics, topics, len(topics) * PER_TOPIC))
 
 
 def _plan(rows: list[dict[str, object]]) -> dict[str, int]:
