@@ -68,7 +68,6 @@ def test_pending_topics_reads_a_few_pages_while_a_held_horizon_keeps_the_deleted
     assert buffers <= MAX_BUFFERS, json.dumps(root, indent=1)[:3000]
 
 
-
 def _has_bitmap(node: dict[str, Any]) -> bool:
     return "Bitmap" in str(node.get("Node Type")) or any(
         _has_bitmap(child) for child in node.get("Plans", []))
