@@ -31,6 +31,7 @@ from bench.common import (
 from bench.context import Bench
 from bench.cpu import CpuMeter
 from bench.env import LockWatch, OffsetWatch, outbox_count
+from bench.heapprobe import HeapProbe
 from bench.relay_proc import last_copy_landed, launch
 from bench.repeat import alternate
 
@@ -100,7 +101,8 @@ class Drains:
 
     def relay(self, workload: str, label: str, backlog: Backlog, partitions: int,
               proposals: bool, deadline_s: float = 60.0, held: bool = False,
-              live_set: bool = False, **more: dict[str, Any]) -> Outcome:
+              live_set: bool = False, heap_probe: bool = False,
+              **more: dict[str, Any]) -> Outcome:
         env = self.env
         url = env.fresh_database(label)
         with horizon(url, held) as held_horizon:
@@ -113,7 +115,11 @@ class Drains:
             cpu = CpuMeter()
             proc = launch(config, env.run_dir(label), "--available-now",
                           extra_env=relay_env(proposals), live_set=live_set)
+            probe = HeapProbe(watch, backlog.rows, lambda: proc.jvm_pid).start() \
+                if heap_probe else None
             code = proc.wait(timeout_s=3600)
+            if probe is not None:
+                probe.stop()
             cpu.stop()
             watch.stop()
             locks_watch.stop()
@@ -125,6 +131,8 @@ class Drains:
             sysload_after=sys_load(), **proc.summary(), log=in_repo(proc.log),
             **cpu.to_json(backlog.rows),
         )
+        if probe is not None:
+            outcome.extra.update(probe.summary(proc.driver_gc_log()))
         self._drain_cpu(outcome)
         self._ledger_cpu(outcome, proc.log)
         if held_horizon is not None:

@@ -89,13 +89,16 @@ class RelayProcess:
         signal_group(self.proc, signal.SIGTERM)
         return self.wait(timeout_s)
 
+    def driver_gc_log(self) -> Path | None:
+        """The driver JVM's GC log (the launcher JVM of a relaunched driver logs too)."""
+        return self.gc_dir / f"gc-{self.jvm_pid}.log" if self.jvm_pid is not None else None
+
     def summary(self) -> dict[str, Any]:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         m = _SUMMARY.search(text)
         gc = gc_summary(sorted(self.gc_dir.glob("gc-*.log")))
-        # The launcher JVM of a relaunched driver also logs; keep the driver JVM's file.
-        if self.jvm_pid is not None:
-            own = self.gc_dir / f"gc-{self.jvm_pid}.log"
+        own = self.driver_gc_log()
+        if own is not None:
             if own.exists():
                 gc = gc_summary([own])
             gc.update(live_summary(self.gc_dir / f"live-{self.jvm_pid}.log"))

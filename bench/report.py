@@ -141,17 +141,21 @@ def soak_bounded(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _w4_heap_figures(small: dict[str, Any], big: dict[str, Any]) -> dict[str, Any]:
-    """5M/1M of the driver's heap: the live set each concurrent marking found (the
-    target's figure), and beside it the heap left after pauses, all of them and the
-    evacuating ones. A pause's "after" also holds the old generation's garbage, which G1
-    leaves until its next marking, so it grows with a longer drain on its own. Runs from
-    before the live set was logged fall back on the largest "after"."""
+    """5M/1M of the driver's heap. The target's figure is the heap the driver retains
+    from round to round: after a full collection, the lowest at each of the probe's
+    points, the highest over them (bench/heapprobe.py). Beside it: the largest a full
+    collection left (a round's working set), the live set each concurrent marking found,
+    and the heap left after pauses. Runs from before the probe fall back on the live
+    set, and runs from before that on the largest "after"."""
     def r(key: str) -> float | None:
         return ratio(big.get(key), small.get(key))
 
-    live = r("heap_live_max_mb")
-    return {"w4_heap_ratio": live if live is not None else r("heap_after_gc_max_mb"),
-            "w4_heap_rule": "live set" if live is not None else "max after GC",
+    rules = (("heap_retained_max_mb", "retained between rounds"),
+             ("heap_live_max_mb", "live set"), ("heap_after_gc_max_mb", "max after GC"))
+    key, rule = next(((k, name) for k, name in rules if r(k) is not None), rules[-1])
+    return {"w4_heap_ratio": r(key), "w4_heap_rule": rule,
+            "w4_heap_full_gc_ratio": r("heap_full_gc_max_mb"),
+            "w4_heap_live_ratio": r("heap_live_max_mb"),
             "w4_heap_after_gc_ratio": r("heap_after_gc_max_mb"),
             "w4_heap_after_evacuation_ratio": r("heap_after_evacuation_max_mb")}
 

@@ -16,6 +16,7 @@ from bench.report_sections import (
     reruns,
     sql_section,
 )
+from bench.report_w4 import w4_section
 
 NOTES = "bench.notes.md"
 
@@ -126,39 +127,8 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
                   "Launch to first lock (packages already resolved), and SIGTERM to exit "
                   f"after 5 s idle, {len(o['runs'])} runs (start-up / stop): {runs}.", ""]
     if "W4" in w:
-        heap = meta.get("driver_memory", "2g")  # runs from before it was recorded: 2g
-        lines += ["## W4: memory", "",
-                  f"The same driver heap setting (`--driver-memory {heap}`) "
-                  "for both backlogs. Peak "
-                  "RSS is VmHWM of the driver's Python process; the heap figures come from the "
-                  "driver JVM's GC log. The live set is the largest that a concurrent marking "
-                  "found reachable (`-Xlog:gc+liveness`): at most what a full collection would "
-                  "leave then, since objects allocated while a marking runs count as live, so "
-                  "a marking during a burst of work reads high. A pause's \"after\" "
-                  "also holds old garbage that G1 leaves until its next marking, so it grows "
-                  "with a longer drain by itself; Remark and Cleanup pauses copy nothing, so "
-                  "the evacuating pauses (Young, Mixed, Full) are given apart.", "",
-                  "| backlog | msgs/s | driver Python peak RSS MB | driver JVM peak RSS MB | "
-                  "live set, max MB (markings) | heap after evacuating GC, max MB | "
-                  "heap after any GC, max MB | heap after GC, last MB | heap before GC, max MB | "
-                  "GCs |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for o in sorted(w["W4"], key=lambda o: o["rows"]):
-            lines.append(
-                f"| {num(o['rows'])} | {num(o['msgs_per_s'])} | {o['driver_peak_rss_mb']} | "
-                f"{o['jvm_peak_rss_mb']} | {num(o.get('heap_live_max_mb'))} "
-                f"({num(o.get('markings'))}) | {num(o.get('heap_after_evacuation_max_mb'))} | "
-                f"{num(o.get('heap_after_gc_max_mb'))} | "
-                f"{num(o.get('heap_after_gc_last_mb'))} | {num(o.get('heap_before_gc_max_mb'))} | "
-                f"{num(o.get('gcs'))} |"
-            )
-        f = figs.get(RELAY, {})
-        lines += ["", "driver JVM peak RSS 5M/1M: "
-                  f"{fmt(f.get('w4_jvm_rss_ratio'), '{:.3f}')}; heap 5M/1M, the target's "
-                  f"figure ({f.get('w4_heap_rule', 'max after GC')}): "
-                  f"{fmt(f.get('w4_heap_ratio'), '{:.3f}')}; after any GC: "
-                  f"{fmt(f.get('w4_heap_after_gc_ratio'), '{:.3f}')}; after evacuating GCs: "
-                  f"{fmt(f.get('w4_heap_after_evacuation_ratio'), '{:.3f}')}.", ""]
+        # Runs from before the heap setting was recorded had 2g.
+        lines += w4_section(w["W4"], figs.get(RELAY, {}), meta.get("driver_memory", "2g"))
     if results.get("profile"):
         lines += profile_section(results["profile"])
     if results.get("explain"):

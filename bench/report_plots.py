@@ -84,14 +84,16 @@ def plots(results: dict[str, Any], out_dir: Path) -> list[str]:
         labels = [f"{o['rows']:,}" for o in rows]
         series = [("driver Python peak RSS", "driver_peak_rss_mb"),
                   ("driver JVM peak RSS", "jvm_peak_rss_mb"),
-                  ("JVM heap after GC (max)", "heap_after_gc_max_mb")]
+                  ("JVM heap after a full GC (max)", "heap_full_gc_max_mb"),
+                  ("JVM heap retained between rounds", "heap_retained_max_mb")]
         for i, (label, key) in enumerate(series):
-            ax.bar([j + (i - 1) * 0.25 for j in range(len(rows))],
-                   [o.get(key) or 0 for o in rows], 0.25, label=label)
+            ax.bar([j + (i - 1.5) * 0.2 for j in range(len(rows))],
+                   [o.get(key) or 0 for o in rows], 0.2, label=label)
         ax.set_xticks(range(len(rows)), labels)
         ax.set_xlabel("backlog (messages)")
         ax.set_ylabel("MB")
-        ax.set_title(f"W4 memory, same 2 GB driver heap{quick}")
+        heap = results["meta"].get("driver_memory", "2g")
+        ax.set_title(f"W4 memory, the same --driver-memory {heap}{quick}")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out_dir / "bench.w4-memory.png", dpi=110)

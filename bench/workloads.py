@@ -102,7 +102,7 @@ class Workloads:
 
             def run(label: str, backlog: Backlog = backlog) -> Outcome:
                 return self.drains.relay("W4", label, backlog, W1_PARTITIONS, False,
-                                         live_set=True)
+                                         live_set=True, heap_probe=True)
 
             try:
                 outcome = self.bench.measured(run, label)
@@ -110,7 +110,8 @@ class Workloads:
                 self.env.delete_topics(topics)
             outcome.contender = f"relay, {rows:,} rows"
             log(f"W4: {rows}: driver JVM peak RSS {outcome.extra['jvm_peak_rss_mb']} MB, "
-                f"live set max {outcome.extra.get('heap_live_max_mb')} MB")
+                f"live set max {outcome.extra.get('heap_live_max_mb')} MB, retained max "
+                f"{outcome.extra.get('heap_retained_max_mb')} MB")
             results.append(outcome)
         return results
 

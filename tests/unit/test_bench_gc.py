@@ -74,14 +74,21 @@ def test_remark_and_cleanup_are_not_counted_as_evacuating(tmp_path: Path) -> Non
     assert live_summary(tmp_path / "absent.log") == {"markings": 0, "heap_live_max_mb": None}
 
 
-def test_w4_rates_the_live_set_and_falls_back_for_older_runs() -> None:
+def test_w4_rates_the_retained_heap_and_falls_back_for_older_runs() -> None:
     def w4(**per_run: tuple[float, float]) -> dict[str, Any]:
         return {"W4": [{"contender": "relay", "rows": rows, "jvm_peak_rss_mb": 100.0,
                         "exit_code": 0, **{k: v[i] for k, v in per_run.items()}}
                        for i, rows in enumerate((1, 5))]}
 
-    new = figures_of(w4(heap_live_max_mb=(200.0, 210.0), heap_after_gc_max_mb=(600.0, 780.0),
-                        heap_after_evacuation_max_mb=(500.0, 600.0)))["relay"]
+    live = {"heap_live_max_mb": (200.0, 210.0), "heap_after_gc_max_mb": (600.0, 780.0),
+            "heap_after_evacuation_max_mb": (500.0, 600.0)}
+    probed = figures_of(w4(heap_retained_max_mb=(170.0, 168.0),
+                           heap_full_gc_max_mb=(450.0, 540.0), **live))["relay"]
+    assert probed["w4_heap_ratio"] == pytest.approx(168 / 170)
+    assert probed["w4_heap_rule"] == "retained between rounds"
+    assert probed["w4_heap_full_gc_ratio"] == pytest.approx(1.2)
+    assert probed["w4_heap_live_ratio"] == pytest.approx(1.05)
+    new = figures_of(w4(**live))["relay"]
     assert new["w4_heap_ratio"] == pytest.approx(1.05)
     assert new["w4_heap_rule"] == "live set"
     assert new["w4_heap_after_gc_ratio"] == pytest.approx(1.3)
