@@ -115,8 +115,9 @@ class Drains:
             cpu = CpuMeter()
             proc = launch(config, env.run_dir(label), "--available-now",
                           extra_env=relay_env(proposals), live_set=live_set)
-            probe = HeapProbe(watch, backlog.rows, lambda: proc.jvm_pid).start() \
-                if heap_probe else None
+            probe = HeapProbe(watch, backlog.rows, lambda: proc.jvm_pid,
+                              env.run_dir(label) / "histograms",
+                              config.kafka.batch_size).start() if heap_probe else None
             code = proc.wait(timeout_s=3600)
             if probe is not None:
                 probe.stop()

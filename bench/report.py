@@ -155,6 +155,7 @@ def _w4_heap_figures(small: dict[str, Any], big: dict[str, Any]) -> dict[str, An
     key, rule = next(((k, name) for k, name in rules if r(k) is not None), rules[-1])
     return {"w4_heap_ratio": r(key), "w4_heap_rule": rule,
             "w4_heap_full_gc_ratio": r("heap_full_gc_max_mb"),
+            "w4_heap_besides_pool_ratio": r("heap_besides_pool_mb"),
             "w4_heap_live_ratio": r("heap_live_max_mb"),
             "w4_heap_after_gc_ratio": r("heap_after_gc_max_mb"),
             "w4_heap_after_evacuation_ratio": r("heap_after_evacuation_max_mb")}

@@ -163,7 +163,26 @@ def _soak(outcomes: list[dict[str, Any]]) -> list[str]:
             f"entries (until VACUUM and the log's retention); queue table "
             f"{num(last.get('queue_bytes'))} bytes (max "
             f"{num(max((s['queue_bytes'] for s in samples), default=None))}), sampled every "
-            f"15 s ({len(samples)} samples in bench.json).", ""]
+            f"15 s ({len(samples)} samples in bench.json).", *_jit_line(samples, o["minute_s"]),
+            ""]
+
+
+def jit_per_minute(samples: list[dict[str, Any]], minute_s: float) -> list[int]:
+    """Methods the driver JVM's JIT compiled in each whole minute of the samples."""
+    last: dict[int, int] = {}
+    for s in samples:
+        if s.get("jit_compiled") is not None:
+            last[int(s["t"] // minute_s)] = s["jit_compiled"]
+    minutes = sorted(last)
+    return [last[m] - last[m - 1] for m in minutes if m - 1 in last]
+
+
+def _jit_line(samples: list[dict[str, Any]], minute_s: float) -> list[str]:
+    compiled = jit_per_minute(samples, minute_s)
+    if not compiled:
+        return []
+    return ["", f"Methods the driver JVM's JIT compiled in each {minute_s:.0f} s after the "
+            f"first (`jstat -compiler`): {compiled}. A JVM still compiling is still warming up."]
 
 
 def _curve(outcomes: list[dict[str, Any]]) -> list[str]:

@@ -6,6 +6,8 @@ is a sixth of the benchmark, so the report marks it as fewer than 3 runs."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -37,6 +39,22 @@ def ledger_files(path: Path) -> dict[str, int | None]:
             "parquet_files": sum(1 for _ in path.rglob("*.parquet")) - sum(
                 1 for p in logs if p.suffix == ".parquet"),
             "delta_log_entries": len(logs)}
+
+
+def jit_counters(pid: int | None) -> dict[str, float | None]:
+    """The driver JVM's JIT so far (`jstat -compiler`): methods compiled and compile
+    seconds. Their rate per minute shows when the JVM is warm, beside the latency's."""
+    jstat = shutil.which("jstat")
+    if pid is None or jstat is None:
+        return {"jit_compiled": None, "jit_s": None}
+    done = subprocess.run([jstat, "-compiler", str(pid)], capture_output=True, text=True,
+                          timeout=30, check=False)
+    rows = done.stdout.split("\n")
+    if done.returncode != 0 or len(rows) < 2 or not rows[0].startswith("Compiled"):
+        return {"jit_compiled": None, "jit_s": None}
+    # "Compiled Failed Invalid Time FailedType FailedMethod"
+    fields = rows[1].split()
+    return {"jit_compiled": int(fields[0]), "jit_s": float(fields[3])}
 
 
 def queue_bytes(url: str) -> int:
@@ -92,7 +110,8 @@ def soak(bench: Bench) -> list[Outcome]:
             def sample() -> None:
                 while not done.wait(SAMPLE_S):
                     samples.append({"t": round(time.time() - started, 1),
-                                    "queue_bytes": queue_bytes(run.url), **ledger_files(ledger)})
+                                    "queue_bytes": queue_bytes(run.url), **ledger_files(ledger),
+                                    **jit_counters(run.relay.jvm_pid if run.relay else None)})
 
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()

@@ -86,6 +86,17 @@ def test_saturation_is_a_growing_backlog_or_one_not_gone() -> None:
     assert saturated(flat, 1000, caught_up=False)
 
 
+def test_the_soak_counts_jit_compilations_per_minute() -> None:
+    from bench.report_more import jit_per_minute
+
+    samples = [{"t": 15.0, "jit_compiled": 100}, {"t": 45.0, "jit_compiled": 300},
+               {"t": 75.0, "jit_compiled": 900}, {"t": 105.0, "jit_compiled": 1000},
+               {"t": 135.0, "jit_compiled": None}, {"t": 165.0, "jit_compiled": 1010}]
+    # Minute 1 against minute 0's last sample, minute 2 against minute 1's.
+    assert jit_per_minute(samples, 60.0) == [700, 10]
+    assert jit_per_minute([{"t": 15.0}], 60.0) == []
+
+
 def test_soak_per_minute_p99_and_first_against_last() -> None:
     created = {i: float(i) for i in range(240)}
     lat = {i: 0.1 if i < 120 else 0.2 for i in range(240)}
@@ -150,12 +161,15 @@ def test_the_one_delete_peer_is_capped_apart_from_the_held_horizon() -> None:
     assert cap(both, "groups", False) is None
 
 
-def test_the_relays_warm_up_waits_for_a_first_commit_of_its_ledger(tmp_path: Path) -> None:
-    ledger = tmp_path / "ledger"
-    assert not wait_for_first_copy(ledger, 0.1)  # nothing copied yet
-    (ledger / "_delta_log").mkdir(parents=True)
-    (ledger / "_delta_log" / "00000000000000000000.json").write_text("{}")
-    assert wait_for_first_copy(ledger, 0.1)
+def test_the_relays_warm_up_waits_until_its_first_copy_is_confirmed(tmp_path: Path) -> None:
+    log = tmp_path / "relay.log"
+    assert not wait_for_first_copy(log, 0.1)  # no log yet
+    log.write_text("2026-11-27 12:27:19,001 INFO relay.stream.runner: started\n")
+    assert not wait_for_first_copy(log, 0.1)  # a commit alone is not the copy's end
+    with log.open("a") as f:
+        f.write("2026-11-27 12:27:20,010 INFO relay.ledger.delta: ledger: copy batch 1 is in "
+                "Delta\n")
+    assert wait_for_first_copy(log, 0.1)
 
 
 def test_w4_ratios_need_drains_that_exited_cleanly_and_the_soak_cell_names_its_series() -> None:
