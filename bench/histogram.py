@@ -23,9 +23,9 @@ def top(classes: dict[str, int], n: int = TOP) -> dict[str, float]:
 
 def growth(before: dict[str, float], after: dict[str, float], n: int = 8
            ) -> list[tuple[str, float, float]]:
-    """(class, MB before, MB after) of the `n` classes that grew most. A class outside a
-    top list reads 0 there, so a growth it shows is an upper bound."""
+    """(class, MB before, MB after) of the `n` classes that grew most, by 0.1 MB or more.
+    A class outside a top list reads 0 there, so a growth it shows is an upper bound."""
     names = set(before) | set(after)
     grown = sorted(names, key=lambda c: before.get(c, 0.0) - after.get(c, 0.0))[:n]
     return [(c, before.get(c, 0.0), after.get(c, 0.0)) for c in grown
-            if after.get(c, 0.0) > before.get(c, 0.0)]
+            if after.get(c, 0.0) - before.get(c, 0.0) >= 0.1]

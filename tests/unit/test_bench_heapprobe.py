@@ -104,8 +104,9 @@ def test_a_file_that_is_not_a_heap_dump_is_refused(tmp_path: Path) -> None:
 
 def test_the_classes_that_grew_most_are_named() -> None:
     small = {"[B": 120.0, "java.lang.String": 3.0, "gone": 1.0}
-    big = {"[B": 179.0, "java.lang.String": 3.1, "new": 0.5}
+    big = {"[B": 179.0, "java.lang.String": 3.05, "new": 0.5}
     assert growth(small, big, 2) == [("[B", 120.0, 179.0), ("new", 0.0, 0.5)]
+    assert growth(small, big) == [("[B", 120.0, 179.0), ("new", 0.0, 0.5)]  # not 0.05 MB
     assert parse("   1:        132827      126171712  [B (java.base@17.0.15)\n"
                  "   2:            10            160  java.lang.String\n") == {
         "[B": 126171712, "java.lang.String": 160}
