@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from relay.control.pending import TopicFilter, pending_topics, relays_polling
 from relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
 from relay.observe.progress import Progress
-from relay.stream.lanes import DrainLane
+from relay.stream.lanes import DRAIN_QUIET_S, DrainLane
 from relay.stream.round import Round
 from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal
@@ -122,6 +122,10 @@ class BatchProcessor:
     def backlogged(self) -> frozenset[str]:
         """The topics of the last round whose claims stopped at their limit."""
         return self._round.backlogged
+
+    def draining(self) -> bool:
+        """Whether the drain lane works (or did a moment ago, between two bodies)."""
+        return self._drain is not None and self._drain.split.held_within(DRAIN_QUIET_S)
 
     def run_once(self, bound: int | None = None, only: Collection[str] | None = None) -> bool:
         """One round, on the ready topics (with rows up to `bound` when given; of `only`

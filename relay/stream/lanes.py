@@ -28,6 +28,10 @@ from relay.stream.stop import StopSignal
 log = logging.getLogger(__name__)
 
 DRAIN_POOL = "relay-drain"
+# A topic leaves the drain lane at the end of every batch body and comes back after the
+# next body's first round (a second or two of Spark's trigger between them): the lane
+# counts as working until it has held nothing for this long.
+DRAIN_QUIET_S = 10.0
 
 
 class Rounds(Protocol):
@@ -53,6 +57,7 @@ class LaneSplit:
     def __init__(self) -> None:
         self._guard = threading.Condition()
         self._draining: set[str] = set()
+        self._emptied_at = float("-inf")
 
     @property
     def draining(self) -> frozenset[str]:
@@ -71,6 +76,13 @@ class LaneSplit:
         if topics:
             with self._guard:
                 self._draining -= set(topics)
+                if not self._draining:
+                    self._emptied_at = time.monotonic()
+
+    def held_within(self, seconds: float) -> bool:
+        """Whether the lane holds topics, or held some less than `seconds` ago."""
+        with self._guard:
+            return bool(self._draining) or time.monotonic() - self._emptied_at < seconds
 
     def wait(self, timeout: float) -> frozenset[str]:
         """The drain lane's topics, waiting up to `timeout` for some when it has none."""

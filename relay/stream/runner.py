@@ -102,7 +102,7 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
     ledger = relay.config.ledger
     flusher = LedgerFlusher(
         relay, ledger.drain_flush_interval_s if available_now else ledger.flush_interval_s,
-        copy_early=not available_now,
+        copy_early=not available_now, defer=processor.draining,
     )
     flusher.start()
     failed = False

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from relay.control.claims import TopicLimits
+from relay.ledger.staging import COPY_LOCK_KEY
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from relay.stream.stop import StopSignal
@@ -35,6 +36,9 @@ pytestmark = pytest.mark.integration
 
 HOLDERS = "SELECT topic, locked_by FROM kafka_topic_info WHERE locked_by IS NOT NULL"
 LEFT = "SELECT count(*) FROM kafka_messages WHERE topic = ANY(%s)"
+COPYING = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+           "AND objid = (%s::bigint & 4294967295)::oid")
+STAGED = "SELECT count(*) FROM relay_ledger_staging"
 
 
 class _LockWatch:
@@ -46,6 +50,7 @@ class _LockWatch:
         self.samples = 0
         self.tokens: set[str] = set()
         self.side_by_side = 0
+        self.copies_beside_the_drain = 0  # samples: the ledger copier held its lock
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -63,6 +68,9 @@ class _LockWatch:
             self.samples += 1
             self.tokens |= set(holders.values())
             big = holders.get(self.big)
+            if big is not None and big.endswith(DRAIN_SUFFIX) and query(
+                    self.url, COPYING, (COPY_LOCK_KEY,))[0][0]:
+                self.copies_beside_the_drain += 1
             if big is not None and big.endswith(DRAIN_SUFFIX) and any(
                     token == big.removesuffix(DRAIN_SUFFIX)
                     for topic, token in holders.items() if topic != self.big):
@@ -81,9 +89,11 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
     written = dict(zip(insert(migrated_url, [backlog[i:i + 500]
                                              for i in range(0, len(backlog), 500)]),
                        backlog, strict=True))
+    # Copies due every 30 s (the first at once), which wait for a working drain lane up
+    # to 5 intervals: none may run beside it, and one follows once it is quiet.
     config = make_config([big, *busy], relay={
         "batch_size": 400, "micro_batch_s": 600, "poll_interval_s": 0.05,
-        "drain_lane": lanes})
+        "drain_lane": lanes}, ledger={"flush_interval_s": 30})
     stop = StopSignal()
     with _LockWatch(migrated_url, big) as watch:
         thread, results = run_in_thread(lambda: run_relay(config, available_now=False,
@@ -100,6 +110,8 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
                 time.sleep(0.05)
             assert wait_for(lambda: query(migrated_url, LEFT, ([big, *busy],))[0][0] == 0,
                             120, 0.1)
+            assert wait_for(lambda: query(migrated_url, STAGED)[0][0] == 0, 60, 0.2), (
+                "the ledger copy never followed the drain")
         finally:
             stop.request("test")
             thread.join(120)
@@ -118,6 +130,7 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
         assert watch.side_by_side > 0, (
             f"never saw the drain lane hold {big} while its process held a busy topic "
             f"({watch.samples} samples, tokens {sorted(watch.tokens)})")
+        assert watch.copies_beside_the_drain == 0, "a ledger copy ran beside the drain lane"
     else:
         assert not drain_tokens and watch.side_by_side == 0
 

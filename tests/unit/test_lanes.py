@@ -144,3 +144,16 @@ def test_the_lane_ends_at_its_deadline_and_never_starts_a_round_after_it() -> No
     time.sleep(0.1)
     lane.end()
     assert rounds.seen == []
+
+
+def test_the_lane_counts_as_working_for_a_moment_after_it_emptied() -> None:
+    """Between two batch bodies the lane holds nothing for a second or two; the ledger
+    copier must not take that gap for the end of the drain."""
+    lane, _ = _lane(_Rounds({}))
+    assert not lane.split.held_within(10.0)  # never held anything
+    lane.split.hand_over({"big"})
+    assert lane.split.held_within(0.0)
+    lane.split.give_back({"big"})
+    assert lane.split.held_within(10.0)
+    time.sleep(0.06)
+    assert not lane.split.held_within(0.05)

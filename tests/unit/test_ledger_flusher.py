@@ -100,3 +100,63 @@ def test_a_copy_longer_than_the_interval_is_followed_at_once() -> None:
     _run(ledger, copy_early=False, seconds=1.0, interval_s=0.05)
     gaps = [b - a for a, b in zip(ledger.starts, ledger.starts[1:], strict=False)]
     assert gaps and max(gaps) < 0.25, gaps  # no interval's wait after an overrun copy
+
+
+class _Drain:
+    """The drain lane's `defer`: works until `until` (monotonic), or for good."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.until = None if seconds is None else time.monotonic() + seconds
+
+    def __call__(self) -> bool:
+        return self.until is None or time.monotonic() < self.until
+
+
+def _deferred(ledger: _Ledger, defer: _Drain, seconds: float, interval_s: float = 0.05,
+              copy_now: bool = False) -> LedgerFlusher:
+    relay: Any = SimpleNamespace(ledger=ledger)
+    copier = LedgerFlusher(relay, interval_s=interval_s, copy_early=False, defer=defer)
+    copier.start()
+    time.sleep(seconds)
+    copier.stop(copy_now=copy_now)
+    return copier
+
+
+@pytest.fixture
+def _fast_defer_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flusher, "_DEFER_POLL_S", 0.01)
+
+
+@pytest.mark.usefixtures("_fast_defer_polls")
+def test_a_copy_waits_while_the_drain_lane_works() -> None:
+    ledger = _SlowLedger(copy_s=0.0)
+    started = time.monotonic()
+    _deferred(ledger, _Drain(0.15), seconds=0.3, interval_s=0.05)
+    # Due at 0.05 s, with a limit 0.25 s past that: the lane's 0.15 s ends first, and
+    # the copy follows it at once, then the next an interval later.
+    assert ledger.starts, "no copy after the drain lane stopped"
+    first = ledger.starts[0] - started
+    assert 0.15 <= first < 0.25, first
+    assert len(ledger.starts) >= 2, ledger.starts
+
+
+@pytest.mark.usefixtures("_fast_defer_polls")
+def test_a_copy_waits_for_the_drain_lane_only_so_long() -> None:
+    ledger = _SlowLedger(copy_s=0.0)
+    started = time.monotonic()
+    _deferred(ledger, _Drain(None), seconds=0.6, interval_s=0.05)
+    # Due at 0.05 s, waited up to 5 intervals more: the first copy near 0.3 s, then one
+    # every 0.3 s while the lane never stops.
+    assert ledger.starts, "a lane that never stops held every copy back"
+    first = ledger.starts[0] - started
+    assert 0.28 <= first < 0.45, first
+
+
+@pytest.mark.usefixtures("_fast_defer_polls")
+def test_a_stop_ends_the_wait_and_copies_what_is_staged() -> None:
+    ledger = _SlowLedger(copy_s=0.0)
+    started = time.monotonic()
+    copier = _deferred(ledger, _Drain(None), seconds=0.1, interval_s=10.0, copy_now=True)
+    assert not copier._thread.is_alive()
+    assert len(ledger.starts) == 1  # the stop's own copy, not a waited-out one
+    assert time.monotonic() - started < 1.0
