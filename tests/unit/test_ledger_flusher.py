@@ -156,7 +156,9 @@ def test_a_copy_waits_for_the_drain_lane_only_so_long() -> None:
 def test_a_stop_ends_the_wait_and_copies_what_is_staged() -> None:
     ledger = _SlowLedger(copy_s=0.0)
     started = time.monotonic()
-    copier = _deferred(ledger, _Drain(None), seconds=0.1, interval_s=10.0, copy_now=True)
+    # Due at 0.05 s and waiting (the limit is at 0.3 s) when the stop comes at 0.15 s.
+    copier = _deferred(ledger, _Drain(None), seconds=0.15, interval_s=0.05, copy_now=True)
     assert not copier._thread.is_alive()
     assert len(ledger.starts) == 1  # the stop's own copy, not a waited-out one
+    assert ledger.starts[0] - started >= 0.15
     assert time.monotonic() - started < 1.0
