@@ -68,12 +68,12 @@ class _LockWatch:
             self.samples += 1
             self.tokens |= set(holders.values())
             big = holders.get(self.big)
-            if big is not None and big.endswith(DRAIN_SUFFIX) and query(
-                    self.url, COPYING, (COPY_LOCK_KEY,))[0][0]:
+            if big is None or not big.endswith(DRAIN_SUFFIX):
+                continue
+            if query(self.url, COPYING, (COPY_LOCK_KEY,))[0][0]:
                 self.copies_beside_the_drain += 1
-            if big is not None and big.endswith(DRAIN_SUFFIX) and any(
-                    token == big.removesuffix(DRAIN_SUFFIX)
-                    for topic, token in holders.items() if topic != self.big):
+            if any(token == big.removesuffix(DRAIN_SUFFIX)
+                   for topic, token in holders.items() if topic != self.big):
                 self.side_by_side += 1
 
 
