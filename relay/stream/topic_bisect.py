@@ -4,6 +4,13 @@ Bisection over the batch's topics: a group that goes through is acknowledged, a 
 that fails is split in halves, until single failing topics remain (their messages are
 then isolated one by one). One bad topic among n costs about 2*log2(n) writes, where
 sending each topic alone would cost n writes and a duplicate of every healthy topic.
+
+A topic is blamed only on a failed write that held it alone (or on the combined write
+itself, when it held only that topic). When a group's left half goes through, its right
+half only probably holds what failed: a timeout may have passed since. So the right half
+is split without a write of its own, and its last single topic is sent alone before it
+is blamed. That costs at most one write more than inferring the blame, and a healthy
+topic is never put into backoff on the strength of its neighbours' failure.
 """
 
 from __future__ import annotations
@@ -109,23 +116,28 @@ class _Search:
             return failure
         return None
 
-    def resolve(self, group: list[str], reason: str) -> None:
-        """`group` failed with `reason`: split it until single failing topics remain."""
+    def resolve(self, group: list[str], reason: str | None) -> None:
+        """`group` failed with `reason`, or (None) is suspected of holding what failed:
+        split it until single failing topics remain."""
         live = self._live(group)
-        if len(live) < len(group):
+        if len(live) < len(group) and reason is not None:
             failure = self.send(live)  # what failed may have been the lost topic alone
             if failure is None:
                 return
             live, reason = self._live(live), failure
         if len(live) <= 1:
-            self.result.failing.update(dict.fromkeys(live, reason))
+            if reason is None and live:
+                reason = self.send(live)  # suspected only: tried alone before any blame
+            if reason is not None:
+                self.result.failing.update(dict.fromkeys(live, reason))
             return
         left, right = live[: len(live) // 2], live[len(live) // 2 :]
         dropped = len(self.result.dropped)
         failure = self.send(left)
         if failure is None and len(self.result.dropped) == dropped:
-            # The left half went through whole, so the right half holds what failed.
-            self.resolve(right, reason)
+            # The left half went through whole, so the right half is suspected: its
+            # halves are sent, not the whole of it, and no topic is blamed untried.
+            self.resolve(right, None)
             return
         if failure is not None:
             self.resolve(left, failure)

@@ -141,3 +141,43 @@ def test_named_topics_reads_topic_partitions_from_producer_errors() -> None:
     assert named_topics("Expiring 2 record(s) for a.b-11:120000 ms has passed", topics) == {
         "a.b"}
     assert named_topics("RecordTooLargeException: The message is 2000 bytes", topics) == set()
+
+
+class Flaky(Kafka):
+    """A fake write whose topics in `failures` fail that many more times, then go through:
+    a transient reason (a timeout) rather than a bad record."""
+
+    def __init__(self, failures: dict[str, int], reason: str = TIMEOUT) -> None:
+        super().__init__(set(), reason)
+        self.failures = failures
+
+    def send(self, topics: Sequence[str]) -> str | None:
+        self.sends.append(list(topics))
+        failing = sorted(t for t in topics if self.failures.get(t, 0) > 0)
+        for t in failing:
+            self.failures[t] -= 1
+        return self.reason.format(failing[0]) if failing else None
+
+
+def test_a_group_that_failed_for_a_moment_blames_no_topic_it_did_not_try_alone() -> None:
+    """The combined write timed out on t0005; every re-send goes through. Each topic is
+    sent again once, the right halves too, and nothing is blamed."""
+    topics = _topics(8)
+    kafka = Flaky({})
+    result = bisect_topics(topics, TIMEOUT.format("t0005"), kafka.send)
+    assert result.failing == {}, "blamed without a failed send of its own"
+    assert sorted(result.acknowledged) == topics
+    assert Counter(t for group in kafka.sends for t in group) == Counter(topics)
+    assert len(kafka.sends) <= math.ceil(math.log2(8)) + 1, kafka.sends
+
+
+def test_a_topic_is_blamed_with_the_reason_of_its_own_failed_send() -> None:
+    """The group's reason names t0005 (whose failure passed); t0007 fails on its own, with
+    a reason of its own: that is the one it is blamed with."""
+    topics = _topics(8)
+    kafka = Flaky({"t0007": 5}, INVALID)
+    result = bisect_topics(topics, TIMEOUT.format("t0005"), kafka.send)
+    assert result.failing == {"t0007": INVALID.format("t0007")}
+    assert sorted(result.acknowledged) == [t for t in topics if t != "t0007"]
+    assert ["t0007"] in kafka.sends, "t0007 was tried alone"
+    assert len(kafka.sends) <= 2 * math.ceil(math.log2(8))
