@@ -56,7 +56,7 @@ bench: setup
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
 	$(PY) -m bench run $(BENCH_ARGS)
 
-# Airflow's own venv (README, "Airflow"): tests/integration/test_airflow_dags.py runs the
+# Airflow's own venv (docs/airflow.md): tests/integration/test_airflow_dags.py runs the
 # Airflow tier (tests/airflow) in it. Installed under the constraints the project keeps.
 AIRFLOW_VENV ?= .venv-airflow
 

@@ -19,7 +19,7 @@ profile's checkpoint):
   own schedule when Airflow triggers it (``--var drain_pause_status=PAUSED``).
 
 Exit codes (``relay/exit_codes.py``; the decisions are ``outbox_relay_operators.POLICY``
-and the README's "Airflow" section):
+and docs/airflow.md):
 
 - 0 OK: success.
 - 1 LEFT_OVER: success with a warning naming the topics, when the relay printed its

@@ -4,7 +4,7 @@ The numbers come from `relay/exit_codes.py`, the project's one table: this modul
 it (it needs nothing but the standard library), so a code added there without a decision
 here fails the DAG file's import, and the DagBag test, instead of being guessed at.
 
-The README's "Airflow" section prints the same decisions as a table.
+docs/airflow.md prints the same decisions as a table.
 """
 
 from __future__ import annotations
@@ -171,6 +171,6 @@ class RelaySparkSubmitOperator(SparkSubmitOperator):
 
 
 def markdown_table() -> str:
-    """The README's table of what each exit code means to Airflow."""
+    """The table of what each exit code means to Airflow, as docs/airflow.md prints it."""
     rows = [f"| {int(c)} | `{c.name}` | {POLICY[c].value} |" for c in ExitCode]
     return "\n".join(["| code | name | to Airflow |", "| --- | --- | --- |", *rows])

@@ -1,5 +1,5 @@
 """What each relay exit code means to Airflow: every code has a decision, exit 1 counts
-as LEFT_OVER only with the relay's own lines, the README prints the same table, and a
+as LEFT_OVER only with the relay's own lines, docs/airflow.md prints the same table, and a
 kill reaches spark-submit as SIGTERM first."""
 
 from __future__ import annotations
@@ -43,11 +43,10 @@ def test_outcome(code: int, lines: list[str], expected: Outcome) -> None:
     assert outcome(code, lines) is expected
 
 
-def test_the_readme_prints_the_policy() -> None:
-    # The table sits indented in a list item of "Running it".
-    readme = "\n".join(line.strip() for line in
-                       (REPO / "README.md").read_text(encoding="utf-8").splitlines())
-    assert markdown_table() in readme
+def test_the_docs_print_the_policy() -> None:
+    page = "\n".join(line.strip() for line in
+                     (REPO / "docs" / "airflow.md").read_text(encoding="utf-8").splitlines())
+    assert markdown_table() in page
 
 
 def test_a_kill_sends_sigterm_to_spark_submit_before_the_providers_sigkill() -> None:

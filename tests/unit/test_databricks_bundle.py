@@ -215,7 +215,7 @@ def test_the_maven_libraries_are_exactly_what_the_runtime_lacks(job_key: str) ->
         assert maven_coordinates(task) == lacking
 
 
-def test_the_shaded_jaas_login_module_is_shown_in_the_profile_and_the_readme() -> None:
+def test_the_shaded_jaas_login_module_is_shown_in_the_profile_and_the_docs() -> None:
     shaded = "kafkashaded.org.apache.kafka.common.security.plain.PlainLoginModule"
-    for path in (PROFILE, REPO / "README.md"):
+    for path in (PROFILE, REPO / "docs" / "databricks.md"):
         assert shaded in path.read_text(encoding="utf-8"), path

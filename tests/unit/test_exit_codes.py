@@ -1,5 +1,5 @@
 """One table of exit codes: every error class and command outcome has a code of its own,
-and the README prints exactly that table."""
+and docs/exit-codes.md prints exactly that table."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from relay import errors
 from relay.exit_codes import ExitCode, markdown_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 
 
 def test_every_error_class_has_a_code_of_its_own() -> None:
@@ -28,11 +28,11 @@ def test_every_code_has_a_meaning_and_a_distinct_number() -> None:
     assert all(c.meaning.strip() for c in ExitCode)
 
 
-def test_the_readme_prints_the_table() -> None:
-    readme = README.read_text(encoding="utf-8")
-    assert markdown_table() in readme
+def test_the_docs_print_the_table() -> None:
+    page = PAGE.read_text(encoding="utf-8")
+    assert markdown_table() in page
     for code in ExitCode:
-        assert f"| {int(code)} | `{code.name}` |" in readme
+        assert f"| {int(code)} | `{code.name}` |" in page
 
 
 def test_an_unverified_drain_is_not_a_success() -> None:
