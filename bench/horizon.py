@@ -2,7 +2,7 @@
 for a whole run, as any long transaction of an application does in production.
 
 PostgreSQL then cannot remove the outbox's deleted rows, so a claim that walks the id
-index in order steps over every dead entry it has left behind (DESIGN.md, invariant
+index in order steps over every dead entry it has left behind (docs/design.md, invariant
 5). The session starts before the backlog is written and ends after the contender; its
 `backend_xid` and `backend_xmin` are sampled to show that the horizon was held.
 """
