@@ -57,22 +57,13 @@ def _headers(source_name: str, prefix: str) -> Column:
     return F.when(F.col("headers").isNull(), reserved).otherwise(F.concat(reserved, user))
 
 
-def _partition(partitioner: Partitioner) -> Column:
-    """Explicit partition from the partitioning bytes (`partitioning_key_col`).
-
-    With murmur2 a row without partition_key keeps a null partition: the Java producer
-    then applies the very same murmur2 to the record key, which is those same bytes.
-    """
-    explicit = original_partition(partitioner)
-    if partitioner == "murmur2":
-        return F.when(F.col("partition_key").isNotNull(), explicit).cast("int")
-    return explicit
-
-
 def original_partition(partitioner: Partitioner) -> Column:
     """The partition of each row's partitioning bytes, whichever column they came from,
     among its topic's `partition_count` (read with the row, relay/schemas/0014); null for
-    a keyless row (no bytes), or a topic whose partition count is not known."""
+    a keyless row (no bytes), or a topic whose partition count is not known.
+
+    The record's explicit partition, and the ledger's: the ledger computes it from the
+    same bytes and the count stored with the session (relay.ledger.delta)."""
     return partition_col(partitioner, partitioning_key_col(), F.col("partition_count"))
 
 
@@ -112,7 +103,12 @@ def _record_columns(
         F.col("key").cast("binary").alias("key"),
         F.col("message").cast("binary").alias("value"),
         _headers(source_name, header_prefix).alias("headers"),
-        _partition(partitioner).alias("partition"),
+        # Every keyed row is given its partition, from the count the claim stored, never
+        # left to the producer: its metadata may hold another count while partitions are
+        # added, and one key would then reach two partitions in one write. murmur2 of
+        # the bytes is what the Java producer computes, so a count both agree on gives
+        # the partition it would have chosen.
+        original_partition(partitioner).cast("int").alias("partition"),
     )
 
 

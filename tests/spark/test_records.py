@@ -46,6 +46,9 @@ def _reserved(i: int) -> list[tuple[str, bytes]]:
     ]
 
 
+K1_PARTITION = partition_for("murmur2", b"k1", 4)
+
+
 def test_records_schema_headers_and_tombstone(spark: SparkSession) -> None:
     claimed = _claimed(
         spark,
@@ -58,8 +61,8 @@ def test_records_schema_headers_and_tombstone(spark: SparkSession) -> None:
     assert tuple(out.columns) == KAFKA_RECORD_COLUMNS
     expected = spark.createDataFrame(
         [
-            ("t", b"k1", b"v1", [*_reserved(1), ("trace", b"abc")], None),
-            ("t", b"k1", None, _reserved(2), None),
+            ("t", b"k1", b"v1", [*_reserved(1), ("trace", b"abc")], K1_PARTITION),
+            ("t", b"k1", None, _reserved(2), K1_PARTITION),
         ],
         "topic string, key binary, value binary, "
         "headers array<struct<key:string,value:binary>>, partition int",
@@ -76,9 +79,42 @@ def test_partition_key_decides_partition(spark: SparkSession) -> None:
         ],
     )
     murmur = [r.partition for r in _records(claimed).orderBy("topic").collect()]
-    assert murmur == [partition_for("murmur2", b"customer-9", 4), None]
+    assert murmur == [partition_for("murmur2", b"customer-9", 4),
+                      partition_for("murmur2", b"k", 3)]
     crc = [r.partition for r in _records(claimed, "crc32").orderBy("topic").collect()]
     assert crc == [partition_for("crc32", b"customer-9", 4), partition_for("crc32", b"k", 3)]
+
+
+# partition_key, key: one key K reached four ways (its text as partition_key with the same
+# key, another key or none; the key's own bytes with partition_key NULL), a binary key
+# that is not UTF-8, a partition_key that is another row's key, and a keyless row.
+K = "customer-9"
+ONE_KEY_ROWS: list[tuple[int, str | None, bytes | None]] = [
+    (1, None, K.encode()), (2, K, K.encode()), (3, K, b"other"), (4, K, None),
+    (5, None, b"\xff\xfe\x00\x80"), (6, "other", K.encode()), (7, None, None),
+]
+
+
+@pytest.mark.parametrize("partitioner", ["murmur2", "crc32"])
+def test_every_keyed_row_gets_an_explicit_partition_from_the_stored_count(
+    spark: SparkSession, partitioner: str
+) -> None:
+    """A key's rows get one explicit partition, from the count read with the rows (4 for
+    topic t), whichever column their bytes came from: left to the producer, a row with
+    partition_key NULL was hashed on the producer's own metadata, which can be another
+    count. Only a keyless row is left to the producer."""
+    claimed = _claimed(spark, [(i, "t", b"v", k, p, CREATED, None) for i, p, k in ONE_KEY_ROWS])
+    got = _records(claimed, partitioner).select(
+        F.element_at("headers", 1).value.cast("string").cast("bigint").alias("id"),
+        "partition")
+    expected = spark.createDataFrame(
+        [(i, None if p is None and k is None
+          else partition_for(partitioner, p.encode() if p is not None else k, 4))  # type: ignore[arg-type]
+         for i, p, k in ONE_KEY_ROWS],
+        "id bigint, partition int")
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+    by_id = {r.id: r.partition for r in got.collect()}
+    assert by_id[1] == by_id[2] == by_id[3] == by_id[4] is not None
 
 
 def test_in_key_order_sorts_each_task_by_id(spark: SparkSession) -> None:
