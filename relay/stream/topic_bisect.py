@@ -5,12 +5,12 @@ that fails is split in halves, until single failing topics remain (their message
 then isolated one by one). One bad topic among n costs about 2*log2(n) writes, where
 sending each topic alone would cost n writes and a duplicate of every healthy topic.
 
-A topic is blamed only on a failed write that held it alone (or on the combined write
-itself, when it held only that topic). When a group's left half goes through, its right
-half only probably holds what failed: a timeout may have passed since. So the right half
-is split without a write of its own, and its last single topic is sent alone before it
-is blamed. That costs at most one write more than inferring the blame, and a healthy
-topic is never put into backoff on the strength of its neighbours' failure.
+A topic is blamed only on a failed write of its own: one that held it alone, or whose
+error named it alone (`named`, once the others went through). When a group's left half
+goes through, its right half only probably holds what failed: a timeout may have passed
+since. So the right half is split without a write of its own, and its last single topic
+is sent alone before it is blamed. That costs at most one write more than inferring the
+blame, and a healthy topic is never put into backoff for its neighbours' failure.
 """
 
 from __future__ import annotations
