@@ -119,6 +119,10 @@ class RuntimeMetrics:
         self._failures = Counter(
             "outbox_relay_send_failures", "Topics whose Kafka write failed in a batch, by "
             "kind (outage, timeout, topic, record, other).", ("topic", "kind"), registry=r)
+        self._lane_failures = Counter(
+            "outbox_relay_lane_failures", "Errors that ended a lane's rounds, by lane (main, "
+            "drain) and kind (the exit code's name: database_lost, database_error, defect, "
+            "...).", ("lane", "kind"), registry=r)
         self._lock_lost = Counter(
             "outbox_relay_lock_lost", "Topic locks found lost during a batch.", registry=r)
         self._last_success = Gauge(
@@ -144,6 +148,9 @@ class RuntimeMetrics:
 
     def send_failure(self, topic: str, kind: str) -> None:
         self._failures.labels(topic=self.topic_label(topic), kind=kind).inc()
+
+    def lane_failure(self, lane: str, kind: str) -> None:
+        self._lane_failures.labels(lane=lane, kind=kind).inc()
 
     def lock_lost(self, n: int) -> None:
         if n:

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from relay.control.pending import TopicFilter, pending_topics, relays_polling
 from relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
 from relay.observe.progress import Progress
-from relay.stream.lanes import DRAIN_QUIET_S, DrainLane
+from relay.stream.lanes import DRAIN_QUIET_S, DrainLane, report_failure
 from relay.stream.round import Round
 from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal
@@ -36,7 +36,7 @@ class BatchProcessor:
         # Available-now: after a body's first round, only topics with rows up to `bound`
         # (what existed at the start) start another, so rows written during a drain
         # cannot keep a body running. The first round takes whatever is ready, as the
-        # source (whose own bound is fixed a moment later) expects of every micro-batch.
+        # source (polling up to the same bound) expects of every micro-batch.
         self.bound = bound
         # Continuous: an idle body keeps polling until its time is up, so a message
         # written then waits for one poll, not for Spark's next trigger.
@@ -52,7 +52,7 @@ class BatchProcessor:
         self.failure: BaseException | None = None
         self._drain = None if relay.drain is None else DrainLane(
             BatchProcessor(relay.drain, stop, bound=bound, stats=self.stats), relay.spark, stop,
-            settings.poll_interval_s)
+            settings.poll_interval_s, relay.metrics)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         self.run_rounds(f"micro-batch {batch_id}", self.relay.config.relay.micro_batch_s)
@@ -74,10 +74,13 @@ class BatchProcessor:
                         self._drain.end()
             except (DatabaseUnavailableError, UnreachableError) as exc:
                 # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
-                # Any other error is a defect and fails the query loudly.
-                log.error("%s gave up: %s", label, exc)
+                # Any other error fails the query, and the run's exit code says which.
+                report_failure(self.relay.metrics, "main", f"{label} gave up", exc)
                 time.sleep(RETRY_PAUSE_S)
             except BaseException as exc:
+                reported = self._drain.failure if self._drain is not None else None
+                if exc is not reported:  # the drain lane reported its own
+                    report_failure(self.relay.metrics, "main", f"{label} failed", exc)
                 self.failure = exc
                 raise
 

@@ -22,7 +22,15 @@ import time
 from collections.abc import Collection
 from typing import Any, Protocol
 
-from relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
+from relay.errors import (
+    RETRY_PAUSE_S,
+    DatabaseUnavailableError,
+    RelayError,
+    UnreachableError,
+    exit_code_for,
+    first_line,
+)
+from relay.observe.runtime import RuntimeMetrics
 from relay.stream.stop import StopSignal
 
 log = logging.getLogger(__name__)
@@ -32,6 +40,20 @@ DRAIN_POOL = "relay-drain"
 # next body's first round (a second or two of Spark's trigger between them): the lane
 # counts as working until it has held nothing for this long.
 DRAIN_QUIET_S = 10.0
+
+
+def report_failure(metrics: RuntimeMetrics | None, lane: str, what: str,
+                   exc: BaseException) -> None:
+    """Logs, in the relay's own format, an error that ended a lane's rounds, and counts it
+    by the exit code it maps to: one line for an error of the relay, the traceback for
+    anything else."""
+    kind = exit_code_for(exc).name.lower()
+    if metrics is not None:
+        metrics.lane_failure(lane, kind)
+    if isinstance(exc, RelayError):
+        log.error("%s (%s): %s", what, kind, first_line(exc))
+    else:
+        log.error("%s (%s): %s", what, kind, exc, exc_info=exc)
 
 
 class Rounds(Protocol):
@@ -98,20 +120,23 @@ class LaneSplit:
 class DrainLane:
     """Runs the drain lane's rounds in a thread, for the length of one batch body."""
 
-    def __init__(self, rounds: Rounds, spark: Any, stop: StopSignal, poll_s: float) -> None:
+    def __init__(self, rounds: Rounds, spark: Any, stop: StopSignal, poll_s: float,
+                 metrics: RuntimeMetrics | None = None) -> None:
         self.split = LaneSplit()
         self._rounds = rounds
         self._spark = spark
         self._stop = stop
         self._poll_s = poll_s
+        self._metrics = metrics
         self._ending = threading.Event()
         self._thread: threading.Thread | None = None
-        self.failure: BaseException | None = None  # a defect raised by a drain round
+        self.failure: BaseException | None = None  # what ended the lane's thread, if not asked
 
     @property
     def busy(self) -> bool:
         """Whether it holds topics: an available-now body must not end meanwhile."""
-        return self._thread is not None and bool(self.split.draining)
+        thread = self._thread
+        return thread is not None and thread.is_alive() and bool(self.split.draining)
 
     def start(self, deadline: float, bound: int | None) -> None:
         self._ending.clear()
@@ -120,9 +145,17 @@ class DrainLane:
                                         name="relay-drain-lane", daemon=True)
         self._thread.start()
 
+    def join(self, timeout: float) -> bool:
+        """Waits up to `timeout` for the lane to end by itself (a stop, its deadline, a
+        failure); returns whether it has."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
+
     def end(self) -> None:
         """Ends the lane after its round in flight and gives its topics back; raises the
-        defect a round raised, after the lane has stopped."""
+        error that ended the lane, after the lane has stopped."""
         self._ending.set()
         self.split.wake()
         if self._thread is not None:
@@ -137,25 +170,31 @@ class DrainLane:
                 or time.monotonic() >= deadline or self.failure is not None)
 
     def _run(self, deadline: float, bound: int | None) -> None:
-        self._spark.sparkContext.setLocalProperty("spark.scheduler.pool", DRAIN_POOL)
-        while not self._over(deadline):
-            topics = self.split.wait(self._poll_s)
-            if not topics or self._over(deadline):
-                continue
-            try:
-                self._rounds.run_once(bound, only=topics)
-            except (DatabaseUnavailableError, UnreachableError) as exc:
-                # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
-                # The topics go back: the main lane's own error handling decides next.
-                log.error("drain lane gave up its round: %s", exc)
-                self.split.give_back(topics)
-                self._ending.wait(RETRY_PAUSE_S)
-                continue
-            except BaseException as exc:
-                self.failure = exc
-                self.split.give_back(topics)
-                return
+        try:
+            self._spark.sparkContext.setLocalProperty("spark.scheduler.pool", DRAIN_POOL)
+            while not self._over(deadline):
+                topics = self.split.wait(self._poll_s)
+                if topics and not self._over(deadline):
+                    self._round(topics, bound)
+        except BaseException as exc:
+            # Not retried here: the batch body's end() raises it, and the run's exit code
+            # says what it was. The topics go back at once, so that the main lane neither
+            # leaves them out nor idles on them until the body's deadline.
+            self.failure = exc
+            self.split.give_back(self.split.draining)
+            report_failure(self._metrics, "drain", "the drain lane ended", exc)
+
+    def _round(self, topics: frozenset[str], bound: int | None) -> None:
+        """One round and the pause after it, which reads the database too."""
+        try:
+            self._rounds.run_once(bound, only=topics)
             self.split.give_back(topics - self._rounds.backlogged)
             # A topic another relay takes meanwhile is not ready for the next round,
             # which then gives it back.
             self._rounds.make_way()
+        except (DatabaseUnavailableError, UnreachableError) as exc:
+            # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
+            # The topics go back: the main lane's own error handling decides next.
+            self.split.give_back(topics)
+            report_failure(self._metrics, "drain", "the drain lane gave up its round", exc)
+            self._ending.wait(RETRY_PAUSE_S)

@@ -1,9 +1,12 @@
 """The drain lane's hand-offs, on a fake round and a fake Spark (no Spark, no network):
 a topic is in one lane at a time, comes back once its claims no longer fill up, and a
-defect or a stop ends the lane after its round in flight."""
+defect or a stop ends the lane after its round in flight. A failure anywhere in the
+lane's loop (its round or the pause after it) gives its topics back, is logged and
+counted."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Collection
@@ -11,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from relay.errors import DatabaseUnavailableError
+from relay.config import MetricsConfig
+from relay.errors import DatabaseError, DatabaseUnavailableError
+from relay.observe.runtime import RuntimeMetrics
 from relay.stream.lanes import DRAIN_POOL, DrainLane
 from relay.stream.stop import StopSignal
 
@@ -29,9 +34,11 @@ class _Spark:
 class _Rounds:
     """Each topic's claims fill up `full[topic]` times, then come back short."""
 
-    def __init__(self, full: dict[str, int], fail: BaseException | None = None) -> None:
+    def __init__(self, full: dict[str, int], fail: BaseException | None = None,
+                 fail_make_way: BaseException | None = None) -> None:
         self.full = dict(full)
         self.fail = fail
+        self.fail_make_way = fail_make_way  # raised by the first make_way only
         self.backlogged: frozenset[str] = frozenset()
         self.seen: list[frozenset[str]] = []
         self.made_way = 0
@@ -53,12 +60,27 @@ class _Rounds:
 
     def make_way(self) -> bool:
         self.made_way += 1
+        fail, self.fail_make_way = self.fail_make_way, None
+        if fail is not None:
+            raise fail
         return False
 
 
-def _lane(rounds: _Rounds, stop: StopSignal | None = None) -> tuple[DrainLane, _Spark]:
+def _lane(rounds: _Rounds, stop: StopSignal | None = None,
+          metrics: RuntimeMetrics | None = None) -> tuple[DrainLane, _Spark]:
     spark = _Spark()
-    return DrainLane(rounds, spark, stop or StopSignal(), poll_s=0.01), spark
+    return DrainLane(rounds, spark, stop or StopSignal(), poll_s=0.01, metrics=metrics), spark
+
+
+def _ended_by_itself(lane: DrainLane) -> bool:
+    """Whether the lane's thread ended without end(), which would end it anyway."""
+    return lane.join(10)
+
+
+def _failures(metrics: RuntimeMetrics, kind: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "outbox_relay_lane_failures_total", {"lane": "drain", "kind": kind})
+    return value or 0.0
 
 
 def _until(cond: Any, timeout: float = 10.0) -> None:
@@ -102,17 +124,19 @@ def test_the_lane_hands_its_topics_back_when_it_ends_after_the_round_in_flight()
     assert len(rounds.seen) == 1
 
 
-def test_a_stop_ends_the_lane_between_rounds() -> None:
+def test_a_stop_ends_the_lane_after_its_round_in_flight_without_end() -> None:
     stop = StopSignal()
     rounds = _Rounds({"big": 10**6})
     lane, _ = _lane(rounds, stop)
     lane.start(time.monotonic() + 30, bound=None)
+    rounds.release.clear()
     lane.split.hand_over({"big"})
-    _until(lambda: len(rounds.seen) >= 2)
+    assert rounds.in_round.wait(10)
     stop.request("test")
-    n = len(rounds.seen)
+    rounds.release.set()
+    assert _ended_by_itself(lane), "the lane ran on after the stop"
+    assert len(rounds.seen) == 1, "a round started after the stop"
     lane.end()
-    assert len(rounds.seen) <= n + 1
 
 
 def test_a_defect_in_a_drain_round_is_raised_by_end_with_the_topics_given_back() -> None:
@@ -139,11 +163,54 @@ def test_a_database_error_gives_the_topics_back_to_the_main_lane() -> None:
 def test_the_lane_ends_at_its_deadline_and_never_starts_a_round_after_it() -> None:
     rounds = _Rounds({"big": 10**6})
     lane, _ = _lane(rounds)
+    lane.split.hand_over({"big"})  # work waits from the start
     lane.start(time.monotonic() - 1, bound=None)
-    lane.split.hand_over({"big"})
-    time.sleep(0.1)
-    lane.end()
+    assert _ended_by_itself(lane), "the lane ran on past its deadline"
     assert rounds.seen == []
+    lane.end()
+
+
+def test_a_database_error_after_a_round_gives_the_topics_back_and_the_lane_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """make_way() reads pg_stat_activity on the lane's own connection after each round; a
+    connection dropped there must not end the thread with its topics stranded."""
+    metrics = RuntimeMetrics(MetricsConfig(), "test")
+    rounds = _Rounds({"big": 10**6}, fail_make_way=DatabaseUnavailableError("dropped"))
+    lane, _ = _lane(rounds, metrics=metrics)
+    lane.start(time.monotonic() + 30, bound=None)
+    with caplog.at_level(logging.ERROR, logger="relay.stream.lanes"):
+        lane.split.hand_over({"big"})
+        _until(lambda: rounds.made_way >= 1 and not lane.split.draining)
+    assert lane.failure is None
+    assert any("dropped" in r.getMessage() for r in caplog.records), caplog.text
+    assert _failures(metrics, "database_lost") == 1
+    lane.split.hand_over({"big"})  # the main lane hands it over again: the lane still works
+    n = len(rounds.seen)
+    _until(lambda: len(rounds.seen) > n)
+    lane.end()
+
+
+@pytest.mark.parametrize("fail", [RuntimeError("a defect"), DatabaseError("syntax")],
+                         ids=["defect", "database-error"])
+def test_a_failure_after_a_round_ends_the_lane_with_its_topics_back_and_end_raises_it(
+    caplog: pytest.LogCaptureFixture, fail: Exception,
+) -> None:
+    metrics = RuntimeMetrics(MetricsConfig(), "test")
+    rounds = _Rounds({"big": 10**6}, fail_make_way=fail)
+    lane, _ = _lane(rounds, metrics=metrics)
+    lane.start(time.monotonic() + 30, bound=None)
+    with caplog.at_level(logging.ERROR, logger="relay.stream.lanes"):
+        lane.split.hand_over({"big"})
+        assert _ended_by_itself(lane), "the lane went on after a failure it cannot handle"
+    assert lane.failure is fail
+    assert lane.split.draining == frozenset()
+    assert not lane.busy, "an available-now body would idle on a dead lane"
+    assert any(str(fail) in r.getMessage() for r in caplog.records), caplog.text
+    kind = "defect" if isinstance(fail, RuntimeError) else "database_error"
+    assert _failures(metrics, kind) == 1
+    with pytest.raises(type(fail)):
+        lane.end()
 
 
 def test_the_lane_counts_as_working_for_a_moment_after_it_emptied() -> None:
