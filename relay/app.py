@@ -16,7 +16,7 @@ from relay.config_load import load_config
 from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import require_current
-from relay.errors import ConfigError, RelayError, exit_code_of
+from relay.errors import ConfigError, RelayError, exit_code_for, exit_code_of
 from relay.exit_codes import ExitCode
 from relay.observe.logs import LOG_FORMATS, configure_logging
 from relay.spark_jars import (
@@ -147,11 +147,14 @@ def _without_spark_progress_bar(config: Config) -> Config:
 def _logged_exit_code(exc: Exception) -> int:
     """exit_code_of's report as a log record, so that JSON logs hold it too: one line for
     an error of the relay, the traceback for a defect."""
+    code = exit_code_for(exc)
     if isinstance(exc, RelayError):
         log.error("outbox-relay: %s", exc)
-        return exc.exit_code
-    log.error("outbox-relay: unexpected error (a defect)", exc_info=exc)
-    return ExitCode.DEFECT
+    elif code is ExitCode.DEFECT:
+        log.error("outbox-relay: unexpected error (a defect)", exc_info=exc)
+    else:
+        log.error("outbox-relay: Spark failed", exc_info=exc)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

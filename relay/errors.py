@@ -76,12 +76,30 @@ def first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def exit_code_of(exc: Exception) -> ExitCode:
-    """Reports what ended a command: one line for an error of the relay, the traceback for
-    anything else. That is a defect, and Python's own exit 1 would read as "topics left
+def exit_code_for(exc: BaseException) -> ExitCode:
+    """The exit code of what ended a run or a command; the one place that maps errors to
+    codes. An error of the relay carries its own. One that Spark or the JVM raised (a
+    job or a query that failed) is QUERY_FAILED, which a scheduler retries. Anything else
+    is a defect: retrying repeats it, and Python's own exit 1 would read as "topics left
     over" to a scheduler."""
     if isinstance(exc, RelayError):
-        print(f"outbox-relay: {exc}", file=sys.stderr)
         return exc.exit_code
-    traceback.print_exc()
+    if _raised_by_spark(exc):
+        return ExitCode.QUERY_FAILED
     return ExitCode.DEFECT
+
+
+def _raised_by_spark(exc: BaseException) -> bool:
+    # By module name: importing pyspark here would load it for every command.
+    return any(cls.__module__.partition(".")[0] in ("pyspark", "py4j")
+               for cls in type(exc).__mro__)
+
+
+def exit_code_of(exc: Exception) -> ExitCode:
+    """Reports what ended a command: one line for an error of the relay, the traceback for
+    anything else."""
+    if isinstance(exc, RelayError):
+        print(f"outbox-relay: {exc}", file=sys.stderr)
+    else:
+        traceback.print_exc()
+    return exit_code_for(exc)

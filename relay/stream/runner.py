@@ -19,7 +19,7 @@ from relay.control.pending import (
     pending_topics,
     waiting_up_to,
 )
-from relay.errors import RelayError, first_line
+from relay.errors import RelayError, exit_code_for, first_line
 from relay.exit_codes import ExitCode
 from relay.ledger.flusher import LedgerFlusher
 from relay.observe.progress import Progress
@@ -52,13 +52,17 @@ class RunResult:
     unverified: str | None = None
 
 
-def start_query(relay: Relay, processor: BatchProcessor, available_now: bool) -> StreamingQuery:
+def start_query(relay: Relay, processor: BatchProcessor, available_now: bool,
+                bound: int | None = None) -> StreamingQuery:
+    """`bound` (available-now): the highest id the drain must move, for the source too."""
     spark = relay.spark
     spark.dataSource.register(OutboxSource)
+    reader = spark.readStream.format(SOURCE_NAME).option(
+        "config", to_json_without_secrets(relay.config))
+    if bound is not None:
+        reader = reader.option("bound", str(bound))
     writer = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("config", to_json_without_secrets(relay.config))
-        .load()
+        reader.load()
         .writeStream.foreachBatch(processor)
         .option("checkpointLocation", relay.config.relay.checkpoint_path)
         .queryName(f"outbox-relay:{relay.config.relay.source_name}")
@@ -116,7 +120,7 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
         # A stop signal to the process group also reaches the Python worker that starting
         # the query spawns, and fails the start: that is the stop, not a failure.
         starting = True
-        query = None if idle else start_query(relay, processor, available_now)
+        query = None if idle else start_query(relay, processor, available_now, bound)
         starting = False
         while query is not None and query.isActive:
             if not stop.requested and not _alive(watched):
@@ -150,7 +154,7 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
             unverified = f"drain not verified: PostgreSQL unreachable at the end ({exc})"
             log.error("%s", unverified)
     code = _exit_code(available_now, stop.requested, failed, remaining,
-                      verified=unverified is None)
+                      verified=unverified is None, failure=processor.failure)
     return RunResult(code, processor.stats, time.monotonic() - started, remaining, unverified)
 
 
@@ -251,10 +255,13 @@ def _remaining(relay: Relay, bound: int) -> list[TopicState]:
 
 def _exit_code(
     available_now: bool, stopped: bool, failed: bool, remaining: list[TopicState],
-    verified: bool = True,
+    verified: bool = True, failure: BaseException | None = None,
 ) -> ExitCode:
+    """`failure`: what ended a batch body, if one did. Spark hands it back wrapped in a
+    StreamingQueryException, so the code comes from the body's own exception: a database
+    error or a defect has a code of its own, and only Spark's failures are QUERY_FAILED."""
     if failed:
-        return EXIT_FAILED
+        return EXIT_FAILED if failure is None else exit_code_for(failure)
     if not available_now:
         return EXIT_OK
     if not verified:

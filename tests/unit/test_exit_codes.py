@@ -6,6 +6,8 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+import pytest
+
 from relay import errors
 from relay.exit_codes import ExitCode, markdown_table
 
@@ -41,3 +43,45 @@ def test_an_unverified_drain_is_not_a_success() -> None:
     assert _exit_code(True, False, False, [], verified=False) == ExitCode.NOT_VERIFIED
     assert _exit_code(True, True, False, [], verified=False) == ExitCode.NOT_VERIFIED
     assert _exit_code(False, False, False, [], verified=False) == ExitCode.OK
+
+
+class _Py4JLike(Exception):
+    """An error of the JVM's bridge, as py4j raises it (matched by its module)."""
+
+
+_Py4JLike.__module__ = "py4j.protocol"
+
+
+@pytest.mark.parametrize(("failure", "code"), [
+    (errors.DatabaseError("syntax error at or near"), ExitCode.DATABASE_ERROR),
+    (errors.DatabaseUnavailableError("server closed the connection"), ExitCode.DATABASE_LOST),
+    (errors.LockLostError("lost"), ExitCode.LOCK_LOST),
+    (errors.UnreachableError("Kafka"), ExitCode.UNREACHABLE),
+    (TypeError("unsupported operand"), ExitCode.DEFECT),
+    (KeyError("topic"), ExitCode.DEFECT),
+    (_Py4JLike("An error occurred while calling o123.save"), ExitCode.QUERY_FAILED),
+], ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else v.name)
+def test_a_failed_batch_body_exits_with_its_causes_code(failure: BaseException,
+                                                        code: ExitCode) -> None:
+    """Spark hands the body's exception back wrapped in a StreamingQueryException whose
+    text is all that is left; the runner maps from the body's own exception instead."""
+    from relay.stream.runner import _exit_code
+
+    for available_now in (True, False):
+        assert _exit_code(available_now, False, True, [], failure=failure) == code
+    assert errors.exit_code_for(failure) == code
+
+
+def test_a_query_that_failed_outside_a_body_exits_query_failed() -> None:
+    from relay.stream.runner import _exit_code
+
+    assert _exit_code(True, False, True, []) == ExitCode.QUERY_FAILED
+
+
+def test_a_command_and_a_run_map_errors_in_one_place(capsys: pytest.CaptureFixture[str]) -> None:
+    for exc in (errors.DatabaseError("x"), TypeError("y"), _Py4JLike("z")):
+        try:
+            raise exc
+        except Exception as caught:
+            assert errors.exit_code_of(caught) == errors.exit_code_for(caught)
+    assert "TypeError: y" in capsys.readouterr().err, "a defect prints its traceback"
