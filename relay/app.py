@@ -26,6 +26,7 @@ from relay.spark_jars import (
     own_spark_conf_dir,
 )
 from relay.stream.runner import RunResult
+from relay.stream.stop import StopSignal
 
 log = logging.getLogger("relay")
 
@@ -73,11 +74,13 @@ def check_transforms(config: Config) -> None:
                 raise ConfigError(f"relay.topic_rules.{i}.transform: {exc}") from None
 
 
-def resubmit_with_jars_if_needed(config: Config) -> int | None:
+def resubmit_with_jars_if_needed(config: Config, stop: StopSignal,
+                                 available_now: bool) -> int | None:
     """Under a spark-submit whose driver JVM lacks the relay's jars (first use, before
     `outbox-relay jars --install`): install them for the next start when this Spark is
     the venv's own, and run this once more as a spark-submit that has them. Returns that
-    run's exit code; None when nothing was missing."""
+    run's exit code; None when nothing was missing. A stop that came before that run
+    started ends it unstarted, as the relay's own run would end (relay.exit_codes)."""
     from relay.spark import submitted_master
 
     if not config.spark.resolve_packages or submitted_master() is None:
@@ -97,7 +100,9 @@ def resubmit_with_jars_if_needed(config: Config) -> int | None:
 
     with tempfile.TemporaryDirectory(prefix="outbox-relay-") as tmp:
         argv = resubmit_argv(conf.getAll(), jars, Path(tmp) / "spark.properties")
-        return Launcher(SparkContext._jvm, SparkContext._gateway).run(argv)
+        stopped = ExitCode.INTERRUPTED if available_now else ExitCode.OK
+        return Launcher(SparkContext._jvm, SparkContext._gateway).run(
+            argv, kept=lambda: stop.requested, stopped_code=stopped)
 
 
 def print_summary(result: RunResult) -> None:
@@ -162,13 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.log_format not in LOG_FORMATS:  # from RELAY_LOG_FORMAT, which argparse trusts
         parser().error(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
     configure_logging(args.log_level, args.log_format)
-    from relay.stream.stop import StopSignal
-
     stop = StopSignal()
     stop.install()
     try:
         config = load_config(args.config)
-        relaunched = resubmit_with_jars_if_needed(config)
+        relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now)
         if relaunched is not None:
             return relaunched
         preflight(config)

@@ -19,8 +19,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from relay.exit_codes import ExitCode
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +40,19 @@ class Launcher:
         self._child: subprocess.Popen[bytes] | None = None
         self._direct: dict[int, float] = {}
         self._pending: int | None = None  # came before the driver was started
-        self._lock = threading.Lock()
+        # Taken by the signal handler, which runs on the main thread, possibly while the
+        # main thread holds it: reentrant, or the handler would deadlock.
+        self._lock = threading.RLock()
 
-    def run(self, argv: list[str]) -> int:
-        """Start `argv` (the driver), forward stop signals to it, return its exit code."""
+    def run(self, argv: list[str], kept: Callable[[], bool] = lambda: False,
+            stopped_code: int = ExitCode.OK) -> int:
+        """Start `argv` (the driver), forward stop signals to it, return its exit code.
+
+        A stop that came before the driver started ends the launch instead, with
+        `stopped_code`: starting a driver only to stop it costs a JVM's start, and a
+        signal sent to it before its own handler is in place would kill it outright.
+        `kept` says whether a stop came before this launcher took the signals over.
+        """
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._on_direct_signal)
         self._install_jvm_handlers()
@@ -48,7 +60,13 @@ class Launcher:
         # The driver stops itself when spark-submit's JVM is gone (even after a SIGKILL).
         env["RELAY_WATCH_PID"] = str(os.getppid())
         with self._lock:
+            # Checked after our handlers took over, so no signal falls between the two.
+            if self._pending is not None or kept():
+                log.warning("stop requested before the driver started: not starting it")
+                return stopped_code
             self._child = subprocess.Popen(argv, env=env)
+            # A signal that came while it was being started: the driver may not have had
+            # its own copy. A copy it had too falls within its echo window (relay.stream.stop).
             pending, self._pending = self._pending, None
         if pending is not None:
             os.kill(self._child.pid, pending)
@@ -57,9 +75,12 @@ class Launcher:
         return code if code >= 0 else 128 - code
 
     def _on_direct_signal(self, signum: int, frame: Any) -> None:
-        # A signal to the whole process group: the driver received its own copy.
+        # A signal to the whole process group: the driver received its own copy, unless
+        # there is no driver yet.
         with self._lock:
             self._direct[signum] = time.monotonic()
+            if self._child is None:
+                self._pending = signum
 
     def _install_jvm_handlers(self) -> None:
         from pyspark.java_gateway import ensure_callback_server_started
