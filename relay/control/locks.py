@@ -7,6 +7,7 @@ each other. Deimos stores ``timestamp without time zone`` in UTC, and so do we.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -121,6 +122,8 @@ class TopicLocks:
         self.token = token
         self.lock_timeout_s = lock_timeout_s
         self.backoff = backoff
+        # Held by a heartbeat's renewal (relay.stream.heartbeat): one at a time on `db`.
+        self.beating = threading.Lock()
 
     def acquire(self, topics: Collection[str]) -> list[str]:
         if not topics:

@@ -13,6 +13,10 @@ from relay.errors import RelayError
 
 log = logging.getLogger(__name__)
 
+# How long stop() waits for a renewal in flight; past it, the batch goes on, and the
+# renewal keeps its connection (TopicLocks.beating) until its statement ends.
+_JOIN_GRACE_S = 5.0
+
 
 class Heartbeat:
     """A context manager: a daemon thread renews `topics` every `interval_s` seconds.
@@ -42,6 +46,7 @@ class Heartbeat:
         # follows stop() (after it, the release makes every topic look lost).
         self._report = threading.Lock()
         self._lost: set[str] = set()
+        self._waited = False
         self._thread = threading.Thread(target=self._run, name="relay-heartbeat", daemon=True)
 
     @property
@@ -66,7 +71,10 @@ class Heartbeat:
         """Stop renewing. Returns once no loss can be reported any more."""
         with self._report:
             self._done.set()
-        self._thread.join(timeout=self._interval_s + 5)
+        self._thread.join(timeout=self._interval_s + _JOIN_GRACE_S)
+        if self._thread.is_alive():
+            log.warning("heartbeat: stopped with its renewal still running; the next "
+                        "heartbeat on its connection waits for it")
 
     def _orphaned(self) -> bool:
         return os.getppid() != self._parent or not self._jvm_alive()
@@ -79,11 +87,21 @@ class Heartbeat:
             renewing = self._topics - self.lost
             if not renewing:
                 return
+            # A psycopg2 connection runs one statement at a time: the renewal of an
+            # earlier heartbeat that outlived its stop() may still hold this one.
+            if not self._locks.beating.acquire(blocking=False):
+                if not self._waited:
+                    log.warning("heartbeat: an earlier renewal is still inside its statement"
+                                " on this connection; renewing once it ends")
+                    self._waited = True
+                continue
             try:
                 held = self._locks.heartbeat(renewing)
             except RelayError as exc:
                 log.warning("heartbeat failed, will retry: %s", exc)
                 continue
+            finally:
+                self._locks.beating.release()
             with self._report:
                 newly_lost = renewing - held
                 if self._done.is_set() or not newly_lost:
