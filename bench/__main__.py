@@ -1,4 +1,4 @@
-"""``python -m bench run [--quick] [--only W1,W3] [--repeat 3] [--proposals] [--no-profile]``.
+"""``python -m bench run [--quick] [--only W1,W3] [--repeat 3] [--no-profile]``.
 
 Starts the bench's own local stack, runs the workloads against every contender and
 writes reports/bench.json, reports/bench.md and the plots. ``--quick`` uses about a
@@ -51,8 +51,8 @@ def _mem_gib() -> float:
     return round(kb / 1024 / 1024, 1)
 
 
-def sql_proposals(env: BenchEnv, scale: Scale) -> dict[str, Any]:
-    """The current and the proposed claim statements on W1's and W3's shapes."""
+def sql_plans(env: BenchEnv, scale: Scale) -> dict[str, Any]:
+    """The relay's claim and finish statements, round by round, on W1's and W3's shapes."""
     from bench import sqlexp
     from bench.common import W1_KEYS, W1_TOPICS, W3_KEYS, W3_PER_TOPIC
 
@@ -61,12 +61,9 @@ def sql_proposals(env: BenchEnv, scale: Scale) -> dict[str, Any]:
         "W1": (scale.w1_rows, W1_TOPICS, W1_KEYS, scale.w1_rows // 40),
         "W3": (n3 * W3_PER_TOPIC, n3, W3_KEYS, 1000),
     }
-    out: dict[str, Any] = {
-        "claim": sqlexp.proposed_claim(),
-        "shapes": {},
-    }
+    out: dict[str, Any] = {"shapes": {}}
     for shape, (rows, topics, keys, limit) in shapes.items():
-        print(f"[bench] SQL proposals on the {shape} shape: {rows} rows, {topics} topics, "
+        print(f"[bench] claim SQL on the {shape} shape: {rows} rows, {topics} topics, "
               f"claim limit {limit} per topic", flush=True)
         out["shapes"][shape] = {
             "rows": rows, "topics": topics, "limit": limit,
@@ -115,9 +112,9 @@ def _bench(args: argparse.Namespace, env: BenchEnv, only: list[str]) -> Bench:
     plan = make_plan(only, args.repeat, args.quick, not args.no_profile and not args.rerun,
                      args.budget_min * 60)
     print("[bench] time plan:\n  " + "\n  ".join(plan.lines()), flush=True)
-    return Bench(env, Scale(quick=args.quick, repeat=args.repeat), proposals=args.proposals,
-                 reruns=args.reruns, spoil_cores=args.spoil_cores,
-                 outside=OutsideCpu().start(), plan=plan.to_json())
+    return Bench(env, Scale(quick=args.quick, repeat=args.repeat), reruns=args.reruns,
+                 spoil_cores=args.spoil_cores, outside=OutsideCpu().start(),
+                 plan=plan.to_json())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,7 +139,6 @@ def run(args: argparse.Namespace) -> int:
             "git": git,
             "dirty": dirty,
             "workloads": only,
-            "proposals": ["claim"] if args.proposals else [],
             "plan": bench.plan,
             "spoil_cores": args.spoil_cores,
             "max_reruns": args.reruns,
@@ -165,11 +161,9 @@ def run(args: argparse.Namespace) -> int:
         profiles = Profiles(env, scale)
         results["profile"] = {}
         steps: list[tuple[str, Any]] = [
-            ("W2 load, relay", lambda: profiles.latency(False)),
+            ("W2 load, relay", lambda: profiles.latency()),
             ("W1 drain, relay", lambda: profiles.drain(False)),
         ]
-        if args.proposals:
-            steps.insert(1, ("W2 load, relay + proposals", lambda: profiles.latency(True)))
         for label, step in steps:
             try:
                 results["profile"][label] = step()
@@ -178,10 +172,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"[bench] profile {label} failed:\n{traceback.format_exc()}",
                       file=sys.stderr)
         try:
-            results["sql"] = sql_proposals(env, scale)
+            results["sql"] = sql_plans(env, scale)
         except Exception:
             failures.append("sql")
-            print(f"[bench] sql proposals failed:\n{traceback.format_exc()}", file=sys.stderr)
+            print(f"[bench] claim SQL failed:\n{traceback.format_exc()}", file=sys.stderr)
         try:
             explained = profiles.drain(True)
             results["explain"] = {"description": explained["description"],
@@ -212,8 +206,6 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="run the benchmark and write the report")
     r.add_argument("--quick", action="store_true", help="about a tenth of the data")
     r.add_argument("--only", help="comma-separated workloads, e.g. W1,W3")
-    r.add_argument("--proposals", action="store_true",
-                   help="also run the relay with bench/proposals.py applied")
     r.add_argument("--no-profile", action="store_true",
                    help="skip the in-process profiling and EXPLAIN runs")
     r.add_argument("--out", default=str(REPO / "reports"))

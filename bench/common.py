@@ -14,10 +14,8 @@ from typing import Any
 from bench.horizon import HeldHorizon
 
 REPO = Path(__file__).resolve().parents[1]
-HOOKS = Path(__file__).resolve().parent / "hooks"
 
 RELAY = "relay"
-RELAY_PROPOSED = "relay+proposals"
 PEER = "peer"
 PEER_BATCH = "peer, one delete per batch"
 PG_LIMIT = "PostgreSQL limit"
@@ -157,13 +155,6 @@ def log(msg: str) -> None:
 
 def sys_load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
-
-
-def relay_env(proposals: bool) -> dict[str, str]:
-    if not proposals:
-        return {}
-    path = f"{HOOKS}{os.pathsep}{REPO}"
-    return {"BENCH_PROPOSALS": "1", "PYTHONPATH": path}
 
 
 def thin(samples: list[tuple[float, int]], t0: float, points: int = 200) -> list[list[float]]:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.common import PROFILES, RELAY, RELAY_PROPOSED, Outcome, Scale, log
+from bench.common import PROFILES, Outcome, Scale, log
 from bench.env import BenchEnv
 from bench.outside import OutsideCpu
 from bench.repeat import SPOIL_CORES, run_measured, spoiled
@@ -19,7 +19,6 @@ from relay.config import Config
 class Bench:
     env: BenchEnv
     scale: Scale
-    proposals: bool = False
     reruns: int = 2
     spoil_cores: float = SPOIL_CORES
     outside: OutsideCpu | None = None
@@ -29,12 +28,6 @@ class Bench:
     def repeat_for(self, workload: str) -> int:
         """Runs of each contender on `workload`: the plan's, else the scale's."""
         return int(self.plan.get("repeat", {}).get(workload, self.scale.repeat))
-
-    def relay_variants(self) -> list[tuple[str, bool]]:
-        variants = [(RELAY, False)]
-        if self.proposals:
-            variants.append((RELAY_PROPOSED, True))
-        return variants
 
     def config(self, workload: str, url: str, label: str, **more: dict[str, Any]) -> Config:
         sections = {k: dict(v) for k, v in PROFILES[workload].items()}

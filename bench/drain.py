@@ -18,13 +18,11 @@ from bench.common import (
     PEER_BATCH,
     PEER_HELD_CAP_S,
     RELAY,
-    RELAY_PROPOSED,
     REPO,
     Outcome,
     horizon,
     in_repo,
     log,
-    relay_env,
     sys_load,
     thin,
 )
@@ -100,7 +98,7 @@ class Drains:
             outcome.extra["cpu_machine_ledger_s_per_1k"] = round(1000 * used / outcome.rows, 4)
 
     def relay(self, workload: str, label: str, backlog: Backlog, partitions: int,
-              proposals: bool, deadline_s: float = 60.0, held: bool = False,
+              deadline_s: float = 60.0, held: bool = False,
               live_set: bool = False, heap_probe: bool = False,
               **more: dict[str, Any]) -> Outcome:
         env = self.env
@@ -114,7 +112,7 @@ class Drains:
             load_before = sys_load()
             cpu = CpuMeter()
             proc = launch(config, env.run_dir(label), "--available-now",
-                          extra_env=relay_env(proposals), live_set=live_set)
+                          live_set=live_set)
             probe = HeapProbe(watch, backlog.rows, lambda: proc.jvm_pid,
                               env.run_dir(label) / "histograms",
                               config.kafka.batch_size).start() if heap_probe else None
@@ -124,7 +122,7 @@ class Drains:
             cpu.stop()
             watch.stop()
             locks_watch.stop()
-        outcome = drain_outcome(RELAY_PROPOSED if proposals else RELAY, backlog, watch,
+        outcome = drain_outcome(RELAY, backlog, watch,
                                 proc.launched_at, proc.exited_at or time.time(), url,
                                 locks_watch.first_lock_at)
         outcome.extra.update(
@@ -203,12 +201,9 @@ class Drains:
             self.env.create_topics(topics, partitions)
             return Backlog(rows, tuple(topics), keys, payload_bytes, headers)
 
-        def relay_run(proposals: bool) -> Callable[[str], Outcome]:
-            return lambda label: self.relay(workload, label, backlog_for(label), partitions,
-                                            proposals, deadline_s, held)
-
         runs: list[tuple[str, Callable[[str], Outcome]]] = [
-            (name, relay_run(proposals)) for name, proposals in self.bench.relay_variants()]
+            (RELAY, lambda label: self.relay(workload, label, backlog_for(label), partitions,
+                                             deadline_s, held))]
         runs.append((PEER, lambda label: self.peer(label, backlog_for(label), partitions,
                                                    "groups", held)))
         runs.append((PEER_BATCH, lambda label: self.peer(label, backlog_for(label), partitions,

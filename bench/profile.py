@@ -137,9 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--explain", help="EXPLAIN ANALYZE every statement; write them here")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    from bench.proposals import apply_if_requested
-
-    applied = apply_if_requested()
     instrument()
     if args.explain:
         from bench import explain
@@ -176,7 +173,6 @@ def main(argv: list[str] | None = None) -> int:
     run_s = time.perf_counter() - t1
     relay.close()
     out = {
-        "proposals": applied,
         "session_s": session_s,
         "build_relay_s": build_s,
         "run_started_at": run_started_at,

@@ -26,7 +26,6 @@ from bench.common import (
     W2_TOPICS,
     W2_TX,
     Scale,
-    relay_env,
 )
 from bench.env import BenchEnv, wait_empty
 from bench.latency import Load, generate
@@ -74,15 +73,14 @@ class Profiles:
         self.env = env
         self.scale = scale
 
-    def _start(self, label: str, config: Config, args: list[str],
-               proposals: bool) -> tuple[subprocess.Popen[bytes], Path]:
+    def _start(self, label: str, config: Config,
+               args: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
         from tests.integration.process import write_profile
 
         run_dir = self.env.run_dir(label)
         profile = write_profile(config, run_dir / "profile.toml")
         out = run_dir / "timings.json"
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-        child_env.update(relay_env(proposals))
         with open(run_dir / "profile.log", "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "bench.profile", "--config", str(profile),
@@ -91,10 +89,9 @@ class Profiles:
             )
         return proc, out
 
-    def latency(self, proposals: bool, label: str | None = None,
+    def latency(self, label: str = "prof-w2-0",
                 **overrides: dict[str, Any]) -> dict[str, Any]:
         """Continuous relay under W2's load: per-micro-batch breakdown."""
-        label = label or f"prof-w2-{int(proposals)}"
         env = self.env
         topics = env.topic_names(label, W2_TOPICS)
         env.create_topics(topics, W2_PARTITIONS)
@@ -104,7 +101,7 @@ class Profiles:
             sections.setdefault(key, {}).update(values)
         config = env.relay_config(url, label, **sections)
         seconds = 20.0 if self.scale.quick else 40.0
-        proc, out = self._start(label, config, [], proposals)
+        proc, out = self._start(label, config, [])
         run_dir = env.run_dir(label)
         try:
             generate(url, Load(100, W2_TX, 0.1, tuple(topics), W2_KEYS), run_dir / "probe.bin",
@@ -121,8 +118,7 @@ class Profiles:
         env.delete_topics(topics)
         return {
             "description": f"Continuous relay, {W2_RATE} msg/s in transactions of {W2_TX} for "
-                           f"{seconds:.0f} s, W2's profile"
-                           + (", with the proposals applied." if proposals else "."),
+                           f"{seconds:.0f} s, W2's profile.",
             "batches": len(result["batches"]),
             "phases": _phase_stats(result),
         }
@@ -141,7 +137,7 @@ class Profiles:
         explain_file = env.run_dir(label) / "explain.json"
         if explain:
             args += ["--explain", str(explain_file)]
-        proc, out_file = self._start(label, config, args, False)
+        proc, out_file = self._start(label, config, args)
         if proc.wait(3600) != 0:
             raise RuntimeError(f"profile run {label} failed: see its profile.log")
         timings = json.loads(out_file.read_text())

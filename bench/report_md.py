@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.common import PG_LIMIT, PIPELINE_LIMIT, RELAY, RELAY_PROPOSED, SHAPE_LIMIT
+from bench.common import PG_LIMIT, PIPELINE_LIMIT, RELAY, SHAPE_LIMIT
 from bench.report import REPORTS, by_name, ratio
 from bench.report_more import more_sections
 from bench.report_sections import (
@@ -12,7 +12,6 @@ from bench.report_sections import (
     fmt,
     num,
     profile_section,
-    proposal_names,
     reruns,
     sql_section,
 )
@@ -58,9 +57,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         "Every figure below is a ratio of two measurements of this one run.",
         "",
         *reruns(meta.get("reruns") or []),
-        "**relay** is the product as committed. **relay + proposals** is the same relay with "
-        "`bench/proposals.py` applied at run time: "
-        + proposal_names(meta.get("proposals")) + ".",
+        "**relay** is the product as committed.",
         "",
         "## Targets",
         "",
@@ -69,8 +66,8 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         "relay, peer, peer one-delete, relay, ...). **runs** is the fewest runs of the "
         "relay and the peer behind it; fewer than 3 is marked *(few runs)*.",
         "",
-        "| figure | target | relay (range) | met | relay + proposals | met | runs |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| figure | target | relay (range) | met | runs |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for t in results["targets"]:
         def cell(variant: str, row: dict[str, Any] = t) -> tuple[str, str]:
@@ -82,10 +79,9 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
                         f"{fmt(span[1], _plain(row['format']))})"
             return text, "n/a" if met is None else ("yes" if met else "**no**")
         a, am = cell(RELAY)
-        b, bm = cell(RELAY_PROPOSED)
         runs = t.get("runs")
         mark = " *(few runs)*" if t.get("few_runs") else ""
-        lines.append(f"| {t['figure']} | {t['target']} | {a} | {am} | {b} | {bm} | "
+        lines.append(f"| {t['figure']} | {t['target']} | {a} | {am} | "
                      f"{num(runs)}{mark} |")
     lines += ["", "Targets that are missed have their measured reason and next step in the "
               "notes below.", ""]

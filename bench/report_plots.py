@@ -13,7 +13,6 @@ from bench.common import (
     PG_LIMIT,
     PIPELINE_LIMIT,
     RELAY,
-    RELAY_PROPOSED,
 )
 from bench.report import by_name
 
@@ -31,8 +30,8 @@ def plots(results: dict[str, Any], out_dir: Path) -> list[str]:
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     ax = axes[0]
     groups = [k for k in ("W1", "W3") if k in w]
-    names = [RELAY, RELAY_PROPOSED, PEER, PEER_BATCH, PG_LIMIT, KAFKA_LIMIT, PIPELINE_LIMIT]
-    colors = ["#1f77b4", "#6baed6", "#d62728", "#ff9896", "#2ca02c", "#98df8a", "#9467bd"]
+    names = [RELAY, PEER, PEER_BATCH, PG_LIMIT, KAFKA_LIMIT, PIPELINE_LIMIT]
+    colors = ["#1f77b4", "#d62728", "#ff9896", "#2ca02c", "#98df8a", "#9467bd"]
     width = 0.12
     for i, (name, color) in enumerate(zip(names, colors, strict=True)):
         xs, ys = [], []

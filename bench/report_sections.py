@@ -1,5 +1,5 @@
 """The report's sections that show diagnostics rather than targets: profiles, EXPLAIN
-plans, the SQL proposals, reruns; and the number formats every section shares."""
+plans, the claim's SQL, reruns; and the number formats every section shares."""
 
 from __future__ import annotations
 
@@ -39,13 +39,6 @@ def reruns(reruns: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def proposal_names(proposals: Any) -> str:
-    names = {"claim": "the one-pass claim for relay/control/claims.py"}
-    if not proposals or proposals is True:
-        return "not run"
-    return "; ".join(names.get(p, p) for p in proposals)
-
-
 def profile_section(profile: dict[str, Any]) -> list[str]:
     lines = ["## Where a micro-batch's time goes", "",
              "The relay run in-process with timers around its parts (`bench/profile.py`); "
@@ -81,11 +74,12 @@ def explain_section(explain: dict[str, Any]) -> list[str]:
 
 
 def sql_section(sql: dict[str, Any]) -> list[str]:
-    lines = ["## Proposed SQL, measured", "",
-             "`bench/sqlexp.py` runs the relay's loop "
+    lines = ["## The claim's SQL, measured", "",
+             "`bench/probes/sqlexp.py` runs the relay's loop "
              "by hand (lock, claim, the executors' read, finish, release) until the outbox is "
-             "empty, once with the current statements and once with the proposed ones, each "
-             "on its own copy of the same backlog, every statement under EXPLAIN ANALYZE. "
+             "empty, with the relay's own statements (once with the server's work_mem, once "
+             "with 64MB), each on its own copy of the same backlog, every statement under "
+             "EXPLAIN ANALYZE. "
              "Total milliseconds over all rounds:", "",
              "| shape | variant | rounds | claim ms | read ms | finish ms | wall ms | error |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -97,9 +91,11 @@ def sql_section(sql: dict[str, Any]) -> list[str]:
                 f"{data['limit']:,}) | {v['variant']} | {len(v['rounds'])} | "
                 f"{num(t.get('claim'))} | {num(t.get('jdbc read (whole batch)'))} | "
                 f"{num(t.get('finish'))} | {num(t.get('wall'))} | {v['error'] or ''} |")
-    lines += ["", "The proposed statements in full (plans of their first round are in "
-              "`reports/bench.explain.txt`):", "", "```sql", "-- CLAIM (proposed)",
-              (sql.get("claim") or "n/a").strip(), "```", ""]
+    lines += ["", "The plans of each variant's first round are in "
+              "`reports/bench.explain.txt`.", ""]
+    if sql.get("claim"):  # a report from before 2026-12: the proposed claim it measured
+        lines += ["The proposed claim that run measured:", "", "```sql",
+                  sql["claim"].strip(), "```", ""]
     return lines
 
 

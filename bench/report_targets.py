@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import RELAY, RELAY_PROPOSED
+from bench.common import RELAY
 from bench.repeat import MIN_RUNS
 
 Check = Callable[[Any], bool]
@@ -28,7 +28,7 @@ def targets(figs: dict[str, Any], runs_of: Callable[[str], int | None]) -> list[
         row: dict[str, Any] = {"figure": name, "target": target, "format": fmt,
                                "workload": workload, "runs": runs,
                                "few_runs": runs is not None and runs < MIN_RUNS}
-        for variant in (RELAY, RELAY_PROPOSED):
+        for variant in (RELAY,):
             v = figs.get(variant, {}).get(key)
             row[variant] = v
             row[f"{variant} met"] = None if v is None else bool(ok(v))

@@ -1,10 +1,11 @@
-"""Proposed control-plane SQL, measured against the current statements on the same data.
+"""The control plane's own statements (relay.control.claims.CLAIM, finish.FINISH_SESSIONS,
+the locks), measured round by round on W1's and W3's shapes.
 
-claims.py belongs to another engineer; these are proposals, measured here so the report
-can show their numbers. Each variant gets its own database with the same backlog and
-runs the relay's loop by hand: lock every topic, claim, the executors' read, finish,
-release, round after round until the outbox is empty, each statement under
-EXPLAIN (ANALYZE, BUFFERS) (which executes it), committed like the relay commits it.
+Each variant gets its own database with the same backlog and runs the relay's loop by
+hand: lock every topic, claim, the executors' read, finish, release, round after round
+until the outbox is empty, each statement under EXPLAIN (ANALYZE, BUFFERS) (which
+executes it), committed like the relay commits it. The statements are imported, never
+copied: a change to them is measured on a branch that holds it, against main.
 """
 
 from __future__ import annotations
@@ -20,66 +21,6 @@ from relay.control import claims, finish, locks
 
 TOKEN = "bench-sql"
 PREFIX = "outbox-relay."
-
-# The proposed claim: one pass in id order over every locked topic, instead of one
-# index scan per topic. In an outbox the topics interleave on the heap, so a scan per
-# topic reads each heap page once per topic; one pass reads it once. Each topic still
-# gets a prefix of its remaining ids (the lowest ones), so order and late commits are
-# handled exactly as before; a topic may get fewer than `limit` rows when others fill
-# the window. Size and problem are computed before the window sort, so the payloads
-# never reach a sort. relay_message_problem (an index probe of the parked table per
-# row, 3.2 s of a 5 s claim of 250k rows) runs only for rows that can have a problem:
-# over the size limit, with headers, or in a topic that has parked messages at all.
-# That is the function's own condition, so the result is the same. The topic filter is
-# the statement's constant array, which PostgreSQL hashes (an InitPlan array, or IN
-# (SELECT ...), was searched linearly per row or turned the plan into a sort of the
-# whole table: 40 s for 1,000 topics). Everything after `candidate` is the current
-# statement.
-PROPOSED_CANDIDATE = """
-spec AS (
-    SELECT s.topic, s.max_bytes, s.key_required, s.compact,
-           EXISTS (SELECT 1 FROM relay_parked_messages p WHERE p.topic = s.topic) AS any_parked
-    FROM unnest(%(topics)s::varchar[], %(max_bytes)s::bigint[], %(key_required)s::bool[],
-                %(compact)s::bool[])
-        AS s(topic, max_bytes, key_required, compact)
-    JOIN kafka_topic_info i ON i.topic = s.topic AND i.locked_by = %(token)s
-),
-scan AS MATERIALIZED (
-    SELECT s.topic, s.compact, w.id, w.key, w.size,
-           CASE WHEN w.size > s.max_bytes OR w.headers IS NOT NULL OR s.any_parked
-                     OR (s.key_required AND w.key IS NULL)
-                THEN relay_message_problem(w.id, s.topic, w.message, w.key, w.partition_key,
-                                           w.headers, s.max_bytes, %(prefix)s, s.key_required)
-           END AS problem
-    FROM (
-        SELECT m.id, m.topic, m.key, m.message, m.partition_key, m.headers,
-               coalesce(octet_length(m.message), 0) + coalesce(octet_length(m.key), 0)
-               + coalesce(octet_length(m.headers::text), 0) AS size
-        FROM kafka_messages m
-        WHERE m.topic = ANY(%(topics)s::varchar[])
-        ORDER BY m.id
-        LIMIT %(limit)s * (SELECT count(*) FROM spec)
-    ) w
-    JOIN spec s ON s.topic = w.topic
-),
-candidate AS (
-    SELECT topic, compact, id, key, size, problem FROM (
-        SELECT c.*, row_number() OVER (PARTITION BY c.topic ORDER BY c.id) AS rn FROM scan c
-    ) x
-    WHERE rn <= %(limit)s
-),
-"""
-
-
-def proposed_claim() -> str | None:
-    """The current CLAIM with its spec/candidate CTEs replaced, or None if it changed shape."""
-    current = claims.CLAIM
-    start = current.find("spec AS (")
-    end = current.find("first_problem AS (")
-    if start < 0 or end < 0:
-        return None
-    return current[:start] + PROPOSED_CANDIDATE.strip() + "\n" + current[end:]
-
 
 _TIME = re.compile(r"Execution Time: ([\d.]+) ms")
 _BUFFERS = re.compile(r"Buffers: (.*)")
@@ -186,20 +127,15 @@ def _first_buffers(plan: str) -> str:
 
 def compare(env: BenchEnv, rows: int, n_topics: int, keys: int, limit: int,
             shape: str) -> list[VariantRun]:
-    """The current and the proposed statements, each on a fresh copy of one backlog."""
-    variants: list[tuple[str, str | None, str | None, str | None]] = [
-        ("current claim + finish", claims.CLAIM, finish.FINISH_SESSIONS, None),
-        ("one-pass claim (proposed) + finish", proposed_claim(), finish.FINISH_SESSIONS, None),
-        ("one-pass claim (proposed) + finish, work_mem 64MB", proposed_claim(),
-         finish.FINISH_SESSIONS, "64MB"),
+    """The relay's statements, with the server's work_mem and with 64MB, each on a fresh
+    copy of one backlog."""
+    variants: list[tuple[str, str, str, str | None]] = [
+        ("claim + finish", claims.CLAIM, finish.FINISH_SESSIONS, None),
+        ("claim + finish, work_mem 64MB", claims.CLAIM, finish.FINISH_SESSIONS, "64MB"),
     ]
     results = []
     for i, (name, claim_sql, finish_sql, work_mem) in enumerate(variants):
         label = f"sql-{shape}-{i}"
-        if claim_sql is None or finish_sql is None:
-            results.append(VariantRun(name, shape, error="statement changed shape; "
-                                                         "proposal not applicable"))
-            continue
         topics = tuple(env.topic_names(label, n_topics))
         url = env.fresh_database(label)
         load(url, Backlog(rows, topics, keys))

@@ -20,7 +20,6 @@ from bench.common import (
     W2_WARMUP_S,
     in_repo,
     log,
-    relay_env,
 )
 from bench.context import Bench
 from bench.latency import LatencyConsumer, Load, generate, read_generated, rounded_percentiles
@@ -74,9 +73,9 @@ def wait_for_first_copy(relay_log: Path, timeout_s: float) -> bool:
 
 
 @contextlib.contextmanager
-def running(bench: Bench, workload: str, label: str, proposals: bool | None,
+def running(bench: Bench, workload: str, label: str, peer_runs: bool,
             topics: list[str], partitions: int) -> Iterator[Running]:
-    """The relay (`proposals` True/False) or the peer (None) running on a fresh database;
+    """The relay (or the peer, if `peer_runs`) running on a fresh database;
     the consumer reads `topics`, where the warm-up writes too."""
     env = bench.env
     url = env.fresh_database(label)
@@ -87,14 +86,14 @@ def running(bench: Bench, workload: str, label: str, proposals: bool | None,
     relay: RelayProcess | None = None
     peer: subprocess.Popen[bytes] | None = None
     try:
-        if proposals is None:
+        if peer_runs:
             peer = subprocess.Popen(
                 [sys.executable, "-m", "bench.peer", "--url", url, "--bootstrap",
                  env.stack.kafka_bootstrap, "--stats", str(run_dir / "peer.json")],
                 cwd=REPO, start_new_session=True)
         else:
             config = bench.config(workload, url, label)
-            relay = launch(config, run_dir, extra_env=relay_env(proposals))
+            relay = launch(config, run_dir)
         yield Running(url, topics, run_dir, consumer, relay)
     finally:
         if relay is not None:

@@ -14,6 +14,7 @@ from bench.common import (
     FLOOR_PROBE,
     FLOOR_RUNS,
     PEER,
+    RELAY,
     REPO,
     W2_KEYS,
     W2_PARTITIONS,
@@ -32,13 +33,13 @@ from bench.repeat import alternate
 from bench.steady import latency_extra, read_latencies, relay_summary, running
 
 
-def latency_run(bench: Bench, label: str, name: str, proposals: bool | None) -> Outcome:
+def latency_run(bench: Bench, label: str, name: str) -> Outcome:
     env = bench.env
     topics = env.topic_names(label, W2_TOPICS)
     env.create_topics(topics, W2_PARTITIONS)
     seconds = bench.scale.w2_seconds
     try:
-        with running(bench, "W2", label, proposals, topics, W2_PARTITIONS) as run:
+        with running(bench, "W2", label, name == PEER, topics, W2_PARTITIONS) as run:
             caught_up = run.warm_up(W2_RATE)
             load_before = sys_load()
             started = time.time()
@@ -85,18 +86,17 @@ def w2(bench: Bench) -> list[Outcome]:
     """The relay, the peer and the floor probe alternate. The probe repeats like the
     contenders: its p50 read 0.077 s in one full run and 0.104 s in the next, with the
     same code on its side, and the W2 target is a ratio to it."""
-    contenders: list[tuple[str, bool | None]] = [
-        *bench.relay_variants(), (PEER, None), (FLOOR_PROBE, None)]
+    contenders = [RELAY, PEER, FLOOR_PROBE]
     results = []
-    for i, (rep, (name, proposals)) in enumerate(alternate(contenders, bench.repeat_for("W2"))):
+    for i, (rep, name) in enumerate(alternate(contenders, bench.repeat_for("W2"))):
         if name == FLOOR_PROBE:
             log(f"W2: {FLOOR_PROBE}, {FLOOR_RUNS} runs, run {rep + 1}")
             outcome = bench.measured(lambda label: floor_probe(bench, label), f"w2-floor-{rep}",
                                      rep)
         else:
             log(f"W2: {name}, {W2_RATE} msg/s for {bench.scale.w2_seconds:.0f} s, run {rep + 1}")
-            def one(label: str, name: str = name, proposals: bool | None = proposals) -> Outcome:
-                return latency_run(bench, label, name, proposals)
+            def one(label: str, name: str = name) -> Outcome:
+                return latency_run(bench, label, name)
 
             outcome = bench.measured(one, f"w2-{i}", rep)
         lat = outcome.extra["latency_s"]

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from bench.common import PEER, W2_KEYS, W2_PARTITIONS, W2_TOPICS, W2_TX, Outcome, log
+from bench.common import PEER, RELAY, W2_KEYS, W2_PARTITIONS, W2_TOPICS, W2_TX, Outcome, log
 from bench.context import Bench
 from bench.env import outbox_count
 from bench.latency import Load, generate
@@ -43,7 +43,7 @@ def _watch_backlog(url: str, done: threading.Event, out: list[tuple[float, int]]
         out.append((time.time(), outbox_count(url)))
 
 
-def curve_run(bench: Bench, label: str, name: str, proposals: bool | None) -> Outcome:
+def curve_run(bench: Bench, label: str, name: str) -> Outcome:
     env = bench.env
     topics = env.topic_names(label, W2_TOPICS)
     env.create_topics(topics, W2_PARTITIONS)
@@ -51,7 +51,7 @@ def curve_run(bench: Bench, label: str, name: str, proposals: bool | None) -> Ou
     points: list[dict[str, Any]] = []
     started = time.time()
     try:
-        with running(bench, "W2C", label, proposals, topics, W2_PARTITIONS) as run:
+        with running(bench, "W2C", label, name == PEER, topics, W2_PARTITIONS) as run:
             run.warm_up(bench.scale.w2c_rates[0])
             expected = run.consumer.count
             for i, rate in enumerate(bench.scale.w2c_rates):
@@ -91,12 +91,12 @@ def curve_run(bench: Bench, label: str, name: str, proposals: bool | None) -> Ou
 
 
 def w2c(bench: Bench) -> list[Outcome]:
-    contenders: list[tuple[str, bool | None]] = [*bench.relay_variants(), (PEER, None)]
+    contenders = [RELAY, PEER]
     out = []
     # One pass each: the time plan (bench/plan.py) gives the curve a single run.
-    for i, (rep, (name, proposals)) in enumerate(alternate(contenders, 1)):
-        def one(label: str, name: str = name, proposals: bool | None = proposals) -> Outcome:
-            return curve_run(bench, label, name, proposals)
+    for i, (rep, name) in enumerate(alternate(contenders, 1)):
+        def one(label: str, name: str = name) -> Outcome:
+            return curve_run(bench, label, name)
 
         out.append(bench.measured(one, f"w2c-{i}", rep))
     return out

@@ -15,7 +15,7 @@ import threading
 import time
 
 from bench.backlog import Backlog, load
-from bench.common import PEER, W2_KEYS, W2_TX, Outcome, log
+from bench.common import PEER, RELAY, W2_KEYS, W2_TX, Outcome, log
 from bench.context import Bench
 from bench.env import OffsetWatch
 from bench.latency import Load, generate, rounded_percentiles
@@ -26,7 +26,7 @@ BUSY_TOPICS, BUSY_RATE, PARTITIONS, BIG_KEYS = 100, 2000, 1, 10_000
 DRAIN_CAP_S = 900.0  # the peer drains the big topic whole before it serves the others
 
 
-def w5_run(bench: Bench, label: str, name: str, proposals: bool | None) -> Outcome:
+def w5_run(bench: Bench, label: str, name: str) -> Outcome:
     env = bench.env
     busy = env.topic_names(f"{label}-busy", BUSY_TOPICS)
     big = env.topic_names(f"{label}-big", 1)
@@ -35,7 +35,7 @@ def w5_run(bench: Bench, label: str, name: str, proposals: bool | None) -> Outco
     stop = threading.Event()
     counts: list[int] = []
     try:
-        with running(bench, "W5", label, proposals, busy, PARTITIONS) as run:
+        with running(bench, "W5", label, name == PEER, busy, PARTITIONS) as run:
             run.warm_up(BUSY_RATE, 10.0)
             trickle = threading.Thread(target=lambda: counts.append(generate(
                 run.url, Load(BUSY_RATE, W2_TX, DRAIN_CAP_S * 2, tuple(busy), W2_KEYS),
@@ -77,13 +77,13 @@ def w5_run(bench: Bench, label: str, name: str, proposals: bool | None) -> Outco
 
 
 def w5(bench: Bench) -> list[Outcome]:
-    contenders: list[tuple[str, bool | None]] = [*bench.relay_variants(), (PEER, None)]
+    contenders = [RELAY, PEER]
     out = []
-    for i, (rep, (name, proposals)) in enumerate(alternate(contenders, bench.repeat_for("W5"))):
+    for i, (rep, name) in enumerate(alternate(contenders, bench.repeat_for("W5"))):
         log(f"W5: {name}, {BUSY_TOPICS} busy topics at {BUSY_RATE}/s, backlog of "
             f"{bench.scale.w5_backlog:,} on one more, run {rep + 1}")
-        def one(label: str, name: str = name, proposals: bool | None = proposals) -> Outcome:
-            return w5_run(bench, label, name, proposals)
+        def one(label: str, name: str = name) -> Outcome:
+            return w5_run(bench, label, name)
 
         outcome = bench.measured(one, f"w5-{i}", rep)
         log(f"W5: {name}: busy p99 during the drain "

@@ -2,9 +2,8 @@
 own module (drains in bench/drain.py, latency in bench/w2.py, bench/w2c.py, bench/w5.py,
 bench/soak.py, limits in bench/limit_runs.py).
 
-Contenders: the relay (spark-submit, as the product runs), optionally the relay with
-the bench's proposals applied, the peer (Deimos v2, deletes in groups of 10) and the
-peer deleting once per batch; they alternate, ``Scale.repeat`` runs each.
+Contenders: the relay (spark-submit, as the product runs), the peer (Deimos v2, deletes
+in groups of 10) and the peer deleting once per batch; they alternate, ``Scale.repeat`` runs each.
 """
 
 from __future__ import annotations
