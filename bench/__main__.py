@@ -22,7 +22,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench import report
 from bench.common import DRIVER_MEMORY, Scale
 from bench.context import Bench
 from bench.env import BenchEnv
@@ -30,6 +29,7 @@ from bench.outside import OutsideCpu
 from bench.plan import make_plan
 from bench.quiet import check_quiet
 from bench.repeat import SPOIL_CORES
+from bench.report import files as report
 from bench.workloads import Profiles, Workloads
 
 REPO = Path(__file__).resolve().parents[1]

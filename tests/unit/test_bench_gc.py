@@ -13,7 +13,7 @@ import pytest
 
 from bench.procs import gc_summary, live_summary, log_segments
 from bench.relay_proc import LIVE_LOG_TAIL
-from bench.report import figures_of
+from bench.report.figures import figures_of
 
 # Keeps about 15 MB reachable while it allocates 400 MB: the heap after a pause and the
 # live set part ways, as in a long drain.

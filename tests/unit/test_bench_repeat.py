@@ -17,7 +17,7 @@ from bench.outside import inside
 from bench.plan import make_plan
 from bench.relay_proc import last_copy_landed
 from bench.repeat import alternate, by_repetition, run_measured, spoiled, spread, summarize
-from bench.report import soak_bounded
+from bench.report.figures import soak_bounded
 from bench.soak import per_minute_p99, steady
 from bench.steady import wait_for_first_copy
 from bench.w2c import saturated, slope
@@ -87,7 +87,7 @@ def test_saturation_is_a_growing_backlog_or_one_not_gone() -> None:
 
 
 def test_the_soak_counts_jit_compilations_per_minute() -> None:
-    from bench.report_more import jit_per_minute
+    from bench.report.more import jit_per_minute
 
     samples = [{"t": 15.0, "jit_compiled": 100}, {"t": 45.0, "jit_compiled": 300},
                {"t": 75.0, "jit_compiled": 900}, {"t": 105.0, "jit_compiled": 1000},
@@ -173,8 +173,8 @@ def test_the_relays_warm_up_waits_until_its_first_copy_is_confirmed(tmp_path: Pa
 
 
 def test_w4_ratios_need_drains_that_exited_cleanly_and_the_soak_cell_names_its_series() -> None:
-    from bench.report import figures_of
-    from bench.report_sections import fmt
+    from bench.report.figures import figures_of
+    from bench.report.sections import fmt
 
     def w4(code: int) -> dict[str, Any]:
         return {"W4": [{"contender": "relay", "rows": n, "jvm_peak_rss_mb": 100.0 * n,

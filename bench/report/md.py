@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from bench.common import PG_LIMIT, PIPELINE_LIMIT, RELAY, SHAPE_LIMIT
-from bench.report import REPORTS, by_name, ratio
-from bench.report_more import more_sections
-from bench.report_sections import (
+from bench.report.figures import REPORTS, by_name, ratio
+from bench.report.more import more_sections
+from bench.report.sections import (
     explain_section,
     fmt,
     num,
@@ -15,7 +15,7 @@ from bench.report_sections import (
     reruns,
     sql_section,
 )
-from bench.report_w4 import w4_section
+from bench.report.w4 import w4_section
 
 NOTES = "bench.notes.md"
 

@@ -1,4 +1,4 @@
-"""Turns one run's results into reports/bench.json, reports/bench.md and PNG plots.
+"""The figures and targets of one run's results, which the report's pages and plots show.
 
 Every contender's runs are summarised as medians with their minimum and maximum
 (bench/repeat.py); the targets are computed on the medians, and each ratio's range on
@@ -8,7 +8,6 @@ reports/bench.notes.md and is appended to bench.md as is.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +22,9 @@ from bench.common import (
     RELAY_LEDGER_DEFERRED,
     SHAPE_LIMIT,
 )
-from bench.repeat import by_repetition, summarize
-from bench.report_sections import explain_text
-from bench.report_targets import targets
+from bench.repeat import by_repetition
 
-REPORTS = Path(__file__).resolve().parents[1] / "reports"
+REPORTS = Path(__file__).resolve().parents[2] / "reports"
 Outcomes = dict[str, list[dict[str, Any]]]
 
 
@@ -197,30 +194,8 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
     return figs
 
 
-def _runs(summary: Outcomes, workload: str) -> int | None:
+def runs_of(summary: Outcomes, workload: str) -> int | None:
     """The fewest runs of the relay and the peer on a workload (what a target rests on)."""
     o = by_name(summary.get(workload, []))
     runs = [o[c].get("runs", 1) for c in (RELAY, PEER) if c in o]
     return min(runs) if runs else None
-
-
-def write(results: dict[str, Any], out_dir: Path = REPORTS) -> None:
-    from bench.report_md import markdown
-    from bench.report_plots import plots
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    results["summary"] = {w: summarize(o) for w, o in results["workloads"].items()}
-    results["figures"] = figures(results)
-    results["targets"] = targets(results["figures"], lambda w: _runs(results["summary"], w))
-    made = plots(results, out_dir)
-    (out_dir / "bench.json").write_text(json.dumps(results, indent=1, default=str) + "\n",
-                                        encoding="utf-8")
-    (out_dir / "bench.md").write_text(markdown(results, made), encoding="utf-8")
-    text = explain_text(results["explain"]) if results.get("explain") else ""
-    for shape, data in (results.get("sql") or {}).get("shapes", {}).items():
-        for v in data["variants"]:
-            for statement, plan in v.get("plans", {}).items():
-                text += (f"===== claim SQL, {shape} shape, {v['variant']}: {statement} "
-                         f"(first round) =====\n{plan}\n\n")
-    if text:
-        (out_dir / "bench.explain.txt").write_text(text, encoding="utf-8")

@@ -6,7 +6,7 @@ from typing import Any
 
 from bench.heapprobe import floors as heap_floors
 from bench.histogram import growth
-from bench.report_sections import fmt, num
+from bench.report.sections import fmt, num
 
 _HOW = (
     "The same driver heap setting (`--driver-memory {heap}`) for both backlogs. Peak RSS is "

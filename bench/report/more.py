@@ -13,8 +13,8 @@ from bench.common import (
     SHAPE_LIMIT,
 )
 from bench.limit_runs import KAFKA_LIMIT_CONFLUENT
-from bench.report import by_name
-from bench.report_sections import num
+from bench.report.figures import by_name
+from bench.report.sections import num
 
 
 def more_sections(results: dict[str, Any]) -> list[str]:

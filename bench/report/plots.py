@@ -14,7 +14,7 @@ from bench.common import (
     PIPELINE_LIMIT,
     RELAY,
 )
-from bench.report import by_name
+from bench.report.figures import by_name
 
 
 def plots(results: dict[str, Any], out_dir: Path) -> list[str]:

@@ -12,7 +12,7 @@ def fmt(value: Any, fmt: str) -> str:
         return "n/a"
     if fmt in ("p50", "p99", "p95"):
         return f"{value[fmt]:.3f}"
-    if fmt == "bounded":  # the soak's series (bench.report.soak_bounded)
+    if fmt == "bounded":  # the soak's series (bench.report.figures.soak_bounded)
         return "; ".join(
             f"{name} {'not sampled' if v is None else 'bounded' if v['bounded'] else 'grew'}"
             for name, v in value.items())
