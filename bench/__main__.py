@@ -4,10 +4,10 @@ Starts the bench's own local stack, runs the workloads against every contender a
 writes reports/bench.json, reports/bench.md and the plots. ``--quick`` uses about a
 tenth of the data and marks the report as quick. ``--rerun --only W2`` measures W2 again
 (every contender of it) and replaces it in the existing report, which records when and
-why (``--reason``). It refuses a busy machine unless ``--force`` (bench/quiet.py).
+why (``--reason``). It refuses a busy machine unless ``--force`` (bench/probes/quiet.py).
 Contenders alternate, ``--repeat`` runs each (bench/repeat.py), within the time plan
 (bench/plan.py), which is printed at the start; a window spoiled by outside CPU is
-measured again, at most ``--reruns`` times (bench/outside.py).
+measured again, at most ``--reruns`` times (bench/probes/outside.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from bench.context import Bench
 from bench.env import BenchEnv
 from bench.outside import OutsideCpu
 from bench.plan import make_plan
-from bench.quiet import check_quiet
+from bench.probes.quiet import check_quiet
 from bench.repeat import SPOIL_CORES
 from bench.report import files as report
 from bench.workloads import Profiles, Workloads
@@ -53,8 +53,8 @@ def _mem_gib() -> float:
 
 def sql_plans(env: BenchEnv, scale: Scale) -> dict[str, Any]:
     """The relay's claim and finish statements, round by round, on W1's and W3's shapes."""
-    from bench import sqlexp
     from bench.common import W1_KEYS, W1_TOPICS, W3_KEYS, W3_PER_TOPIC
+    from bench.probes import sqlexp
 
     n3 = scale.w3_topics
     shapes = {

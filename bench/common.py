@@ -118,7 +118,7 @@ class Outcome:
     rows: int
     seconds: float
     extra: dict[str, Any] = field(default_factory=dict)
-    # The measured window (epoch seconds), for the outside-CPU check (bench/outside.py).
+    # The measured window (epoch seconds), for the outside-CPU check (bench/probes/outside.py).
     window: tuple[float, float] | None = None
 
     @property

@@ -10,7 +10,7 @@ from typing import Any
 
 from bench.common import PROFILES, Outcome, Scale, log
 from bench.env import BenchEnv
-from bench.outside import OutsideCpu
+from bench.probes.outside import OutsideCpu
 from bench.repeat import SPOIL_CORES, run_measured, spoiled
 from relay.config import Config
 

@@ -27,9 +27,9 @@ from bench.common import (
     thin,
 )
 from bench.context import Bench
-from bench.cpu import CpuMeter
 from bench.env import LockWatch, OffsetWatch, outbox_count
-from bench.heapprobe import HeapProbe
+from bench.probes.cpu import CpuMeter
+from bench.probes.heapprobe import HeapProbe
 from bench.relay_proc import last_copy_landed, launch
 from bench.repeat import alternate
 

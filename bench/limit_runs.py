@@ -1,4 +1,4 @@
-"""The machine's limits on a workload's backlog (bench/limits.py, bench/javaperf.py):
+"""The machine's limits on a workload's backlog (bench/probes/limits.py, bench/probes/javaperf.py):
 PostgreSQL alone, Kafka alone (confluent-kafka, and Kafka's own Java tool: the higher is
 the Kafka limit), and the pipeline of both. Measured once per run: they are ceilings,
 not contenders, and the time plan keeps the repetitions for the contenders."""
@@ -9,21 +9,21 @@ import contextlib
 import json
 import traceback
 from collections.abc import Iterator
-from pathlib import Path
 
-from bench import limits
 from bench.backlog import Backlog, load
 from bench.common import (
     KAFKA_LIMIT,
     KAFKA_LIMIT_JAVA,
     PG_LIMIT,
     PIPELINE_LIMIT,
+    REPO,
     SHAPE_LIMIT,
     Outcome,
     log,
 )
 from bench.context import Bench
-from bench.javaperf import java_limit
+from bench.probes import limits
+from bench.probes.javaperf import java_limit
 from bench.relay_proc import launch
 from relay.config import Config
 
@@ -127,13 +127,14 @@ def _pipeline(bench: Bench, label: str, backlog: Backlog, partitions: int,
 
 def _shape(bench: Bench, label: str, backlog: Backlog, partitions: int,
            workload: str) -> Outcome:
-    """bench/shape.py under spark-submit, with the workload's relay profile."""
+    """bench/probes/shape.py under spark-submit, with the workload's relay profile."""
     name = f"{label}-shape"
     with _own_backlog(bench, name, backlog, partitions) as (url, topics):
         proc = launch(bench.config(workload, url, name), bench.env.run_dir(name),
-                      script=Path(__file__).resolve().parent / "shape.py")
+                      script=REPO / "bench" / "probes" / "shape.py")
         if proc.wait(timeout_s=3600) != 0:
-            raise RuntimeError(f"bench/shape.py failed: see {proc.log.name} in its run folder")
+            raise RuntimeError(f"bench/probes/shape.py failed: see {proc.log.name} in its run "
+                               "folder")
         records = bench.env.end_offsets(topics, partitions)
     line = [ln for ln in proc.log.read_text().splitlines() if ln.startswith("{")][-1]
     got = json.loads(line)

@@ -121,7 +121,7 @@ def launch(
     script: Path = REPO / "jobs" / "relay.py",
     live_set: bool = False,
 ) -> RelayProcess:
-    """Start the relay (or another `script` taking --config, such as bench/shape.py) in
+    """Start the relay (or another `script` taking --config, such as bench/probes/shape.py) in
     its own process group (its jars come from spark-defaults.conf). With `live_set`, the
     driver JVM also logs what each concurrent marking found live (W4): a line per heap
     region, a few MB a run, so only where it is read."""

@@ -1,5 +1,5 @@
 """W2: steady latency at 1,000 msg/s for 60 s, relay and peer alternating, and the floor
-probe (bench/floor.py: a bare Spark job, 10 rows over JDBC into the Kafka sink)."""
+probe (bench/probes/floor.py: a bare Spark job, 10 rows over JDBC into the Kafka sink)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def floor_probe(bench: Bench, label: str) -> Outcome:
     env.create_topics([topic], 1)
     submit = Path(sys.executable).parent / "spark-submit"
     done = subprocess.run(
-        [str(submit), str(REPO / "bench" / "floor.py"), "--url", url, "--bootstrap",
+        [str(submit), str(REPO / "bench" / "probes" / "floor.py"), "--url", url, "--bootstrap",
          env.stack.kafka_bootstrap, "--topic", topic, "--runs", str(FLOOR_RUNS)],
         cwd=REPO, capture_output=True, text=True, check=True,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},

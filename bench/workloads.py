@@ -25,7 +25,7 @@ from bench.common import (
 from bench.context import Bench
 from bench.drain import Drains
 from bench.limit_runs import limit_outcomes
-from bench.profiles import Profiles
+from bench.probes.profiles import Profiles
 from bench.soak import soak
 from bench.w2 import w2
 from bench.w2c import w2c

@@ -139,7 +139,7 @@ def soak_bounded(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def _w4_heap_figures(small: dict[str, Any], big: dict[str, Any]) -> dict[str, Any]:
     """5M/1M of the driver's heap. The target's figure is the heap the driver retains
     from round to round: after a full collection, the lowest at each of the probe's
-    points, the highest over them (bench/heapprobe.py). Beside it: the largest a full
+    points, the highest over them (bench/probes/heapprobe.py). Beside it: the largest a full
     collection left (a round's working set), the live set each concurrent marking found,
     and the heap left after pauses. Runs from before the probe fall back on the live
     set, and runs from before that on the largest "after"."""

@@ -101,7 +101,7 @@ def _shape(outcomes: list[dict[str, Any]], f: dict[str, Any]) -> list[str]:
     s = o[SHAPE_LIMIT]
     return ["## The shape limit (W1)", "",
             "The whole backlog as one claimed batch, read by the relay's own JDBC read and "
-            "written by its own Kafka sink in a fresh Spark session (bench/shape.py): no "
+            "written by its own Kafka sink in a fresh Spark session (bench/probes/shape.py): no "
             "claim checks, no locks, no deletes, no ledger, no trigger. First pass (the "
             f"JVM warming up, as in the relay's first round): {num(s.get('cold_s'), 2)} s, "
             f"{num(s.get('msgs_per_s'))} msg/s; second pass over the same rows: "

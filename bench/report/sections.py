@@ -41,7 +41,7 @@ def reruns(reruns: list[dict[str, Any]]) -> list[str]:
 
 def profile_section(profile: dict[str, Any]) -> list[str]:
     lines = ["## Where a micro-batch's time goes", "",
-             "The relay run in-process with timers around its parts (`bench/profile.py`); "
+             "The relay run in-process with timers around its parts (`bench/probes/profile.py`); "
              "Spark's own durations come from StreamingQueryProgress. Mean milliseconds per "
              "micro-batch.", ""]
     for label, run in profile.items():

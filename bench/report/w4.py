@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.heapprobe import floors as heap_floors
-from bench.histogram import growth
+from bench.probes.heapprobe import floors as heap_floors
+from bench.probes.histogram import growth
 from bench.report.sections import fmt, num
 
 _HOW = (
@@ -13,7 +13,7 @@ _HOW = (
     "VmHWM of the driver's processes. The heap figures come from the driver JVM's GC log. "
     "At each tenth of the drain's progress (the same nine points at both backlogs) the bench "
     "asks the JVM for a full collection (`jcmd GC.run`) a few times, a moment apart "
-    "(bench/heapprobe.py). What one leaves is what was reachable then: between two rounds, "
+    "(bench/probes/heapprobe.py). What one leaves is what was reachable then: between two rounds, "
     "what the driver keeps; inside a round, that round's working set too (Spark's execution "
     "pages, the producer's buffers). **Retained** is the lowest at each point, the highest "
     "over the points: the target's figure, since it is what would grow if the driver kept "
@@ -26,7 +26,7 @@ _HOW = (
     "each point takes a class histogram, and at 80% a heap dump counts the `byte[]` of "
     "exactly the producer's `batch.size`: the Kafka producer's pool of freed batches, kept "
     "for reuse up to `buffer.memory`, so a high-water mark of the batches once open at the "
-    "same time (bench/hprof.py). **Besides the pool** is what that dump's collection left "
+    "same time (bench/probes/hprof.py). **Besides the pool** is what that dump's collection left "
     "without them."
 )
 

@@ -4,7 +4,7 @@
 `ledger show` must answer in seconds and start no JVM, so nothing here imports pyspark.
 The Delta read prunes files on their min/max statistics of message_id: the copies
 append ids in about the order the outbox handed them out, so few files can hold a
-given id, and only those are opened (bench/ledger_lookup.py measures it).
+given id, and only those are opened (bench/probes/ledger_lookup.py measures it).
 """
 
 from __future__ import annotations

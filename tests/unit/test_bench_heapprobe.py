@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.heapprobe import DUMP_POINT, SHOTS, HeapProbe, forced_full_gcs
-from bench.histogram import growth, parse
-from bench.hprof import HprofError, byte_array_lengths
+from bench.probes.heapprobe import DUMP_POINT, SHOTS, HeapProbe, forced_full_gcs
+from bench.probes.histogram import growth, parse
+from bench.probes.hprof import HprofError, byte_array_lengths
 from bench.soak import jit_counters
 
 # Holds 48 MB reachable (in 64 KB arrays: G1 would give a 1 MB array two whole regions)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.quiet import rival_processes
+from bench.probes.quiet import rival_processes
 
 
 def _proc(root: Path, pid: int, ppid: int, *argv: str) -> None:

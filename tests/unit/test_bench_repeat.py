@@ -12,9 +12,9 @@ import pytest
 
 import bench.drain as drain
 from bench.backlog import Backlog
-from bench.javaperf import parse_rate
-from bench.outside import inside
 from bench.plan import make_plan
+from bench.probes.javaperf import parse_rate
+from bench.probes.outside import inside
 from bench.relay_proc import last_copy_landed
 from bench.repeat import alternate, by_repetition, run_measured, spoiled, spread, summarize
 from bench.report.figures import soak_bounded

@@ -1,4 +1,4 @@
-"""``python -m bench.ledger_lookup [--records 10000000]``: how long `ledger show` and
+"""``python -m bench.probes.ledger_lookup [--records 10000000]``: how long `ledger show` and
 `status` take on a big ledger.
 
 Builds a Delta ledger of N records shaped like the relay's (its schema, one commit per
@@ -144,7 +144,7 @@ def time_cases(profile: Path, cases: list[tuple[str, list[str]]], runs: int) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.ledger_lookup")
+    p = argparse.ArgumentParser(prog="python -m bench.probes.ledger_lookup")
     p.add_argument("--records", type=int, default=10_000_000)
     p.add_argument("--per-copy", type=int, default=20_000, help="rows per copy batch (file)")
     p.add_argument("--topics", type=int, default=50)

@@ -6,7 +6,7 @@ relay.data.sink.producer_options), `runs` times in one session; no claim, no loc
 ledger, no streaming trigger. W2's p50 is held against this probe's.
 
 Run by the bench under spark-submit (the jars come from spark-defaults.conf):
-``spark-submit bench/floor.py --url URL --bootstrap HOST:PORT --topic T [--runs 100]
+``spark-submit bench/probes/floor.py --url URL --bootstrap HOST:PORT --topic T [--runs 100]
 [--warmup 5]``;
 it prints one JSON line, ``{"durations_s": [...]}``.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 # The repo root instead of this script's folder, whose profile.py would shadow the
 # standard library's (pyspark imports cProfile).
-sys.path[0] = str(Path(__file__).resolve().parents[1])
+sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from relay.config_load import build_config  # noqa: E402
 from relay.data.read import jdbc_options  # noqa: E402

@@ -5,7 +5,7 @@ call is timed with its micro-batch, and Spark's StreamingQueryProgress adds the
 engine's side (latestOffset, planning, WAL and commit-log writes). Run it as its own
 process so its JVM is private:
 
-    python -m bench.profile --config profile.toml --out timings.json [--available-now]
+    python -m bench.probes.profile --config profile.toml --out timings.json [--available-now]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from relay.config_load import load_config
 
-log = logging.getLogger("bench.profile")
+log = logging.getLogger("bench.probes.profile")
 
 _local = threading.local()
 
@@ -129,7 +129,7 @@ def instrument() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench.profile")
+    p = argparse.ArgumentParser(prog="bench.probes.profile")
     p.add_argument("--config", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--available-now", action="store_true")
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     instrument()
     if args.explain:
-        from bench import explain
+        from bench.probes import explain
 
         explain.install()
     from relay.spark import build_session

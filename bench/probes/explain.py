@@ -1,6 +1,6 @@
 """EXPLAIN ANALYZE of every control-plane statement the relay runs, captured in place.
 
-Installed in an in-process relay (``python -m bench.profile --explain FILE``), the
+Installed in an in-process relay (``python -m bench.probes.profile --explain FILE``), the
 cursor below runs ``EXPLAIN (ANALYZE, BUFFERS)`` of each statement inside a savepoint,
 rolls the savepoint back, and then runs the statement for real. So every plan is the
 one the relay got, with its real parameters, on the real data of that moment (dead

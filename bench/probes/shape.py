@@ -10,7 +10,7 @@ first round does; a second pass over the same rows shows the warm rate.
 Held against the pipeline limit (COPY, produce, one delete: no Spark), it says how far
 the user's shape itself, a JDBC read on the executors and Spark's Kafka sink, can go.
 
-Run by the bench under spark-submit: ``spark-submit bench/shape.py --config PROFILE``;
+Run by the bench under spark-submit: ``spark-submit bench/probes/shape.py --config PROFILE``;
 it prints one JSON line, ``{"rows": N, "cold_s": ..., "warm_s": ...}``.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 # The repo root instead of this script's folder, whose profile.py would shadow the
 # standard library's (pyspark imports cProfile).
-sys.path[0] = str(Path(__file__).resolve().parents[1])
+sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from relay.config_load import load_config  # noqa: E402
 from relay.control.db import Database  # noqa: E402

@@ -17,8 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench.cpu import machine_cpu_s
 from bench.env import stack_dir
+from bench.probes.cpu import machine_cpu_s
 
 _TICK = os.sysconf("SC_CLK_TCK")
 

@@ -1,6 +1,6 @@
 """Does the peer's `ORDER BY id LIMIT 1000` walk the rows it deleted before?
 
-``python -m bench.deadwalk URL [--index-only] [--hold] [--set-delete]``: a table shaped like
+``python -m bench.probes.deadwalk URL [--index-only] [--hold] [--set-delete]``: a table shaped like
 kafka_messages (300,000 rows of 1 KB over 10 topics, index (topic, id)), then 30 rounds
 of the peer's select on one topic followed by its deletes in groups of 10, autocommit;
 every third round prints the select's EXPLAIN (ANALYZE, BUFFERS) and how many entries of
@@ -46,7 +46,7 @@ FROM generate_series(1, (pg_relation_size('bench_deadwalk_topic_id') / 8192)::in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.deadwalk")
+    p = argparse.ArgumentParser(prog="python -m bench.probes.deadwalk")
     p.add_argument("url")
     p.add_argument("--hold", action="store_true", help="hold an xid open in another session")
     p.add_argument("--index-only", action="store_true",

@@ -15,9 +15,9 @@ then. The collections cost the drain some speed; W4 measures memory only.
   leaves once its transient objects are gone), the largest over the points: what the
   driver holds from round to round;
 - `heap_classes`: at each point, after its shots, the largest classes of a class
-  histogram (bench.histogram), so that what the retained heap holds can be named;
+  histogram (bench.probes.histogram), so that what the retained heap holds can be named;
 - `heap_pool`: at DUMP_POINT, the Kafka producer's pooled batches counted in a heap
-  dump (bench.hprof), and `heap_besides_pool_mb`, what the dump's collection left
+  dump (bench.probes.hprof), and `heap_besides_pool_mb`, what the dump's collection left
   besides them. The pool is a high-water mark bounded by `buffer.memory`.
 
 The histogram's and the dump's collections are forced full ones too, and count as shots.
@@ -37,15 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import histogram, hprof
 from bench.env import OffsetWatch
+from bench.probes import histogram, hprof
 
 POINTS = tuple(i / 10 for i in range(1, 10))
 # Spaced so that a point's shots span a few seconds: a round of a drain lasts seconds,
 # and a shot between two rounds sees only what the driver keeps.
 SHOTS = 4
 GAP_S = 0.5
-# Where the heap dump names the producer's pooled batches (bench.hprof): late in the
+# Where the heap dump names the producer's pooled batches (bench.probes.hprof): late in the
 # drain, when the pool is near its high-water mark.
 DUMP_POINT = 0.8
 # jcmd's GC.run logs its cause as "Diagnostic Command"; System.gc() as "System.gc()".

@@ -1,6 +1,6 @@
 """How fast `outbox-relay status` answers on a big outbox (issue 11: under 1 s at 10M rows).
 
-``python -m bench.status_speed [--rows 10000000] [--topics 10] [--repeat 5] [--keep]``
+``python -m bench.probes.status_speed [--rows 10000000] [--topics 10] [--repeat 5] [--keep]``
 
 Fills a scratch database of the bench's stack (RELAY_STACK_DIR picks another) with
 `INSERT ... SELECT generate_series`, in chunks, then times `status` twice over: as the
@@ -88,7 +88,7 @@ def time_snapshot(db: Database, ledger: str, repeat: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.status_speed")
+    p = argparse.ArgumentParser(prog="python -m bench.probes.status_speed")
     p.add_argument("--rows", type=int, default=10_000_000)
     p.add_argument("--topics", type=int, default=10)
     p.add_argument("--repeat", type=int, default=5)

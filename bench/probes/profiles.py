@@ -1,5 +1,5 @@
 """Profiling runs: where the relay's time goes (not the benchmark's figures). The relay
-runs in-process with timers (bench/profile.py), and optionally every statement under
+runs in-process with timers (bench/probes/profile.py), and optionally every statement under
 EXPLAIN ANALYZE."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _phase_stats(timings: dict[str, Any]) -> dict[str, dict[str, float]]:
 
 
 class Profiles:
-    """In-process relay runs with timers (bench/profile.py) and EXPLAIN capture."""
+    """In-process relay runs with timers (bench/probes/profile.py) and EXPLAIN capture."""
 
     def __init__(self, env: BenchEnv, scale: Scale) -> None:
         self.env = env
@@ -83,7 +83,7 @@ class Profiles:
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
         with open(run_dir / "profile.log", "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.profile", "--config", str(profile),
+                [sys.executable, "-m", "bench.probes.profile", "--config", str(profile),
                  "--out", str(out), *args],
                 cwd=REPO, env=child_env, stdout=log, stderr=subprocess.STDOUT,
             )
