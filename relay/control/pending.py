@@ -90,7 +90,9 @@ class TopicFilter:
 def pending_topics(
     db: Database, lock_timeout_s: float, topic_filter: TopicFilter, bound: int | None = None
 ) -> list[TopicState]:
-    rows = db.all(PENDING_TOPICS, {"lock_timeout_s": lock_timeout_s, "bound": bound or 2**63 - 1})
+    # 0 is a bound (an empty outbox at a drain's start: every later row lies above it).
+    limit = 2**63 - 1 if bound is None else bound
+    rows = db.all(PENDING_TOPICS, {"lock_timeout_s": lock_timeout_s, "bound": limit})
     return [
         TopicState(
             topic=r["topic"],
@@ -107,6 +109,8 @@ def pending_topics(
 
 
 def max_id(db: Database) -> int:
+    """The outbox's highest id: an available-now run's bound. 0 when it is empty, which
+    still bounds the run (ids start at 1), unlike None."""
     row = db.one(MAX_ID)
     return int(row["max_id"]) if row else 0
 

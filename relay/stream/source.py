@@ -55,6 +55,7 @@ class OutboxSource(DataSource):
 class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, Any]) -> None:
         _ignore_stop_signals()
+        self._options = dict(options)
         self._config = from_json_without_secrets(options["config"])
         relay = self._config.relay
         self._poll_s = relay.poll_interval_s
@@ -68,8 +69,12 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"tick": 0}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        # "What exists" is fixed now; later rows don't keep a drain running forever.
-        self._bound = max_id(self._db)
+        # "What exists" is fixed once, by the runner at the run's start (the "bound"
+        # option), so that this poll and the batch bodies agree on when the drain is done:
+        # a bound read here, later, counted the rows written meanwhile, and each of them
+        # then started a micro-batch of its own. Later rows never keep a drain running.
+        given = self._options.get("bound")
+        self._bound = int(given) if given is not None else max_id(self._db)
         self._deadline = time.monotonic() + self._config.relay.available_now_deadline_s
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import psycopg2
 import pytest
 
 from relay.config import Config
 from relay.stack import StackInfo
 from relay.stream import runner
-from relay.stream.runner import EXIT_OK
+from relay.stream.runner import EXIT_OK, RunResult
 from relay.stream.stop import StopSignal
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
@@ -64,36 +66,83 @@ def test_a_drain_runs_its_rounds_inside_few_micro_batches_in_key_order(
     assert query(migrated_url, "SELECT count(*) FROM relay_sessions")[0][0] == 0
 
 
-def test_rows_written_during_a_drain_do_not_keep_its_body_running(
+# The run's first round reads kafka_topic_info; this holds it there, after the run took
+# its bound (the outbox's highest id), until the writer has committed.
+HOLD_TOPICS = "LOCK TABLE kafka_topic_info IN ACCESS EXCLUSIVE MODE"
+RUN_WAITS = """
+SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+AND application_name = 'outbox-relay' AND wait_event_type = 'Lock'
+"""
+
+
+@pytest.mark.parametrize("before", [20, 0], ids=["20-rows", "empty-outbox"])
+def test_rows_written_during_a_drain_do_not_keep_it_running_nor_count_as_left_over(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    before: int,
 ) -> None:
+    """An available-now run's bound is the outbox's highest id at its start; on an empty
+    outbox that is 0, which must still be a bound (rows written later lie above it), not
+    "no bound". A writer commits small transactions, every key shape, from just after the
+    bound was taken until the run ends."""
     topic = unique("rounds-bound")
-    create_topics(stack.kafka_bootstrap, {topic: 1})
-    first = insert(migrated_url, [[Msg(topic, b"k", f"v{i}".encode())] for i in range(20)])
-    config = make_config([topic], relay={"batch_size": 2, "micro_batch_s": 600})
-    done = threading.Event()
+    create_topics(stack.kafka_bootstrap, {topic: 3})
+    first = every_key_shape([topic], before)
+    first_ids = insert(migrated_url, [[m] for m in first])
+    written = dict(zip(first_ids, first, strict=True))
+    micro_batch_s = 60
+    config = make_config([topic], relay={"batch_size": 2, "micro_batch_s": micro_batch_s})
+    done, wrote = threading.Event(), threading.Event()
+    late: dict[int, Msg] = {}
 
     def write_on() -> None:
-        n = 0
-        while not done.wait(0.05):
-            insert(migrated_url, [[Msg(topic, b"k", f"late{n}".encode())]])
+        # Until the run ends; the cap only ends a run that never would.
+        n, cap = 0, time.monotonic() + 2 * micro_batch_s
+        while not done.is_set() and time.monotonic() < cap:
+            msgs = [replace(m, value=(m.value or b"") + f"/late{n}".encode())
+                    for m in every_key_shape([topic], 3)[n % 2:]]
+            late.update(zip(insert(migrated_url, [msgs]), msgs, strict=True))
+            wrote.set()
             n += 1
+            done.wait(0.05)
 
-    writer = threading.Thread(target=write_on, daemon=True)
-    writer.start()
-    try:
+    def timed() -> RunResult:
         started = time.monotonic()
         result = run_relay(config)
-        took = time.monotonic() - started
+        took.append(time.monotonic() - started)
+        return result
+
+    took: list[float] = []
+    writer = threading.Thread(target=write_on, daemon=True)
+    holder = psycopg2.connect(migrated_url)
+    try:
+        with holder.cursor() as cur:
+            cur.execute(HOLD_TOPICS)
+        thread, results = run_in_thread(timed)
+        assert wait_for(lambda: query(migrated_url, RUN_WAITS)[0][0] > 0, 60, 0.05), (
+            "the run's first round never reached kafka_topic_info")
+        writer.start()
+        assert wrote.wait(30)
+        holder.rollback()
+        thread.join(4 * micro_batch_s)
     finally:
+        holder.close()
         done.set()
-        writer.join(10)
-    assert result.exit_code == EXIT_OK
-    got = consume(stack.kafka_bootstrap, [topic], expect=len(first))
-    assert set(first) <= {r.outbox_id for r in got}
-    # Without the start bound each round finds a new row and the body ends only at
-    # micro_batch_s (600 s).
-    assert took < 120, f"the drain ran {took:.0f} s while rows kept arriving"
+        if writer.is_alive():
+            writer.join(10)
+    written |= late
+    (result,) = results
+    # Without the bound every round finds a new row and the body ends only at
+    # micro_batch_s; left over would name rows written after the start.
+    assert took[0] < micro_batch_s, f"the drain ran {took[0]:.0f} s while rows kept arriving"
+    assert (result.exit_code, result.left_over) == (EXIT_OK, [])
+    remaining = {r[0] for r in query(migrated_url, "SELECT id FROM kafka_messages")}
+    assert not remaining & set(first_ids), "rows from before the start were left"
+    delivered = set(written) - remaining
+    got = consume(stack.kafka_bootstrap, [topic], expect=len(delivered))
+    assert {r.outbox_id for r in got} == delivered, "delivered rows missing from Kafka"
+    assert result.stats.published[topic] == len(delivered)
+    inversions, spread, _ = order_report(written, got)
+    assert (inversions, spread) == (0, 0)
 
 
 def test_a_continuous_body_serves_later_writes_and_stops_promptly(
