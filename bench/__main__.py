@@ -25,12 +25,13 @@ from typing import Any
 from bench.common import DRIVER_MEMORY, Scale
 from bench.context import Bench
 from bench.env import BenchEnv
-from bench.outside import OutsideCpu
 from bench.plan import make_plan
+from bench.probes.outside import OutsideCpu
+from bench.probes.profiles import Profiles
 from bench.probes.quiet import check_quiet
 from bench.repeat import SPOIL_CORES
 from bench.report import files as report
-from bench.workloads import Profiles, Workloads
+from bench.workloads.suite import Workloads
 
 REPO = Path(__file__).resolve().parents[1]
 # W1H and W3H: W1 and W3 with the horizon held by an open transaction (bench/horizon.py).

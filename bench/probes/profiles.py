@@ -28,7 +28,7 @@ from bench.common import (
     Scale,
 )
 from bench.env import BenchEnv, wait_empty
-from bench.latency import Load, generate
+from bench.workloads.latency import Load, generate
 from relay.config import Config
 
 

@@ -12,9 +12,9 @@ from bench.common import (
     RELAY_LEDGER_DEFERRED,
     SHAPE_LIMIT,
 )
-from bench.limit_runs import KAFKA_LIMIT_CONFLUENT
 from bench.report.figures import by_name
 from bench.report.sections import num
+from bench.workloads.limit_runs import KAFKA_LIMIT_CONFLUENT
 
 
 def more_sections(results: dict[str, Any]) -> list[str]:

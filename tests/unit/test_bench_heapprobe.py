@@ -14,7 +14,7 @@ import pytest
 from bench.probes.heapprobe import DUMP_POINT, SHOTS, HeapProbe, forced_full_gcs
 from bench.probes.histogram import growth, parse
 from bench.probes.hprof import HprofError, byte_array_lengths
-from bench.soak import jit_counters
+from bench.workloads.soak import jit_counters
 
 # Holds 48 MB reachable (in 64 KB arrays: G1 would give a 1 MB array two whole regions)
 # and makes garbage; waits until its stdin closes. A full collection leaves the 48 MB.

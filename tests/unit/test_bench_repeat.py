@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import bench.drain as drain
+import bench.workloads.drain as drain
 from bench.backlog import Backlog
 from bench.plan import make_plan
 from bench.probes.javaperf import parse_rate
@@ -18,9 +18,9 @@ from bench.probes.outside import inside
 from bench.relay_proc import last_copy_landed
 from bench.repeat import alternate, by_repetition, run_measured, spoiled, spread, summarize
 from bench.report.figures import soak_bounded
-from bench.soak import per_minute_p99, steady
-from bench.steady import wait_for_first_copy
-from bench.w2c import saturated, slope
+from bench.workloads.soak import per_minute_p99, steady
+from bench.workloads.steady import wait_for_first_copy
+from bench.workloads.w2c import saturated, slope
 
 ALL = ["STARTSTOP", "W1", "W1H", "W2", "W3", "W3H", "W4", "W5", "W6", "SOAK", "W2C"]
 

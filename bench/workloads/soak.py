@@ -16,8 +16,8 @@ from typing import Any
 from bench.common import RELAY, W2_KEYS, W2_PARTITIONS, W2_TOPICS, W2_TX, Outcome, log
 from bench.context import Bench
 from bench.env import scalar
-from bench.latency import Load, generate, percentiles
-from bench.steady import latency_extra, read_latencies, relay_summary, running
+from bench.workloads.latency import Load, generate, percentiles
+from bench.workloads.steady import latency_extra, read_latencies, relay_summary, running
 
 SOAK_RATE, SAMPLE_S, STEADY_SHARE = 2000, 15.0, 0.20
 

@@ -12,9 +12,9 @@ from typing import Any
 from bench.common import PEER, RELAY, W2_KEYS, W2_PARTITIONS, W2_TOPICS, W2_TX, Outcome, log
 from bench.context import Bench
 from bench.env import outbox_count
-from bench.latency import Load, generate
 from bench.repeat import alternate
-from bench.steady import latency_extra, read_latencies, relay_summary, running
+from bench.workloads.latency import Load, generate
+from bench.workloads.steady import latency_extra, read_latencies, relay_summary, running
 
 # The backlog grows by more than this share of the offered rate per second: saturated.
 GROWTH_SHARE = 0.05

@@ -28,9 +28,9 @@ from bench.common import (
     sys_load,
 )
 from bench.context import Bench
-from bench.latency import Load, generate, rounded_percentiles
 from bench.repeat import alternate
-from bench.steady import latency_extra, read_latencies, relay_summary, running
+from bench.workloads.latency import Load, generate, rounded_percentiles
+from bench.workloads.steady import latency_extra, read_latencies, relay_summary, running
 
 
 def latency_run(bench: Bench, label: str, name: str) -> Outcome:

@@ -1,6 +1,6 @@
 """Continuous contenders under a generated load (W2, W2C, W5, SOAK): the relay or the
 peer runs continuously, a consumer stamps each record's receipt, and latency runs from
-a row's created_at to that receipt (bench/latency.py)."""
+a row's created_at to that receipt (bench/workloads/latency.py)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,14 @@ from bench.common import (
     log,
 )
 from bench.context import Bench
-from bench.latency import LatencyConsumer, Load, generate, read_generated, rounded_percentiles
 from bench.relay_proc import RelayProcess, last_copy_landed, launch
+from bench.workloads.latency import (
+    LatencyConsumer,
+    Load,
+    generate,
+    read_generated,
+    rounded_percentiles,
+)
 
 PROBE_SEQ, WARMUP_SEQ = 3 * 10**12, 2 * 10**12
 FIRST_COPY_WAIT_S = 180.0

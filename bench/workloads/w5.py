@@ -18,9 +18,9 @@ from bench.backlog import Backlog, load
 from bench.common import PEER, RELAY, W2_KEYS, W2_TX, Outcome, log
 from bench.context import Bench
 from bench.env import OffsetWatch
-from bench.latency import Load, generate, rounded_percentiles
 from bench.repeat import alternate
-from bench.steady import latency_extra, read_latencies, relay_summary, running
+from bench.workloads.latency import Load, generate, rounded_percentiles
+from bench.workloads.steady import latency_extra, read_latencies, relay_summary, running
 
 BUSY_TOPICS, BUSY_RATE, PARTITIONS, BIG_KEYS = 100, 2000, 1, 10_000
 DRAIN_CAP_S = 900.0  # the peer drains the big topic whole before it serves the others

@@ -1,6 +1,6 @@
 """The workloads by name, as ``python -m bench run --only`` knows them; each lives in its
-own module (drains in bench/drain.py, latency in bench/w2.py, bench/w2c.py, bench/w5.py,
-bench/soak.py, limits in bench/limit_runs.py).
+own module of bench/workloads/ (drains in drain.py, latency in w2.py, w2c.py, w5.py,
+soak.py, limits in limit_runs.py).
 
 Contenders: the relay (spark-submit, as the product runs), the peer (Deimos v2, deletes
 in groups of 10) and the peer deleting once per batch; they alternate, ``Scale.repeat`` runs each.
@@ -8,7 +8,6 @@ in groups of 10) and the peer deleting once per batch; they alternate, ``Scale.r
 
 from __future__ import annotations
 
-from bench import startstop
 from bench.backlog import Backlog
 from bench.common import (
     DRIVER_MEMORY,
@@ -23,16 +22,16 @@ from bench.common import (
     log,
 )
 from bench.context import Bench
-from bench.drain import Drains
-from bench.limit_runs import limit_outcomes
-from bench.probes.profiles import Profiles
-from bench.soak import soak
-from bench.w2 import w2
-from bench.w2c import w2c
-from bench.w5 import w5
+from bench.workloads import startstop
+from bench.workloads.drain import Drains
+from bench.workloads.limit_runs import limit_outcomes
+from bench.workloads.soak import soak
+from bench.workloads.w2 import w2
+from bench.workloads.w2c import w2c
+from bench.workloads.w5 import w5
 from relay.config import Config
 
-__all__ = ["Profiles", "Workloads"]
+__all__ = ["Workloads"]
 W6_TOPICS, W6_KEYS, W6_PARTITIONS, W6_PAYLOAD = 10, 10_000, 4, 100
 
 
