@@ -168,7 +168,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.STACK_FAILED
     except Exception as exc:
         return exit_code_of(exc)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
