@@ -6,13 +6,19 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg2
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+# The reader of Kafka both tiers share; imported from here by the integration tests.
+from tests.kafka_readback import Received, consume
+
+__all__ = ["Msg", "Received", "consume", "create_topics", "end_offsets", "every_key_shape",
+           "insert", "order_report", "partitioning_bytes", "query", "unique", "wait_for"]
 
 INSERT = """
 INSERT INTO kafka_messages (topic, message, key, partition_key, headers)
@@ -72,102 +78,6 @@ def query(url: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...
             return cur.fetchall() if cur.description else []
     finally:
         conn.close()
-
-
-@dataclass
-class Received:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: dict[str, bytes] = field(default_factory=dict)
-
-    @property
-    def outbox_id(self) -> int:
-        return int(self.headers["outbox-relay.id"])
-
-
-def consume(bootstrap: str, topics: Sequence[str], expect: int, timeout_s: float = 60.0,
-            conf: Mapping[str, str] | None = None) -> list[Received]:
-    """Every record of `topics`, from the beginning, read with partitions assigned directly.
-
-    Waits up to `timeout_s` for `expect` records, then fetches the high watermark of every
-    partition and reads on until each is reached: every record Kafka holds once the count
-    is in is read, a late duplicate too (a quiet period would stop at the first pause).
-    A consumer error fails the test; a partition's end is no error. `conf` adds client
-    settings (e.g. SASL credentials)."""
-    consumer = Consumer({
-        **(conf or {}),
-        "bootstrap.servers": bootstrap,
-        "group.id": unique("verify"),
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-    })
-    out: list[Received] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        parts = _partitions(consumer, topics, deadline)
-        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in parts])
-        ends: dict[tuple[str, int], int] | None = None
-        read_to = dict.fromkeys(parts, 0)
-        while ends is None or any(read_to[tp] < end for tp, end in ends.items()):
-            if ends is None and (len(out) >= expect or time.monotonic() >= deadline):
-                ends = _high_watermarks(bootstrap, parts, conf)
-                deadline = max(deadline, time.monotonic() + timeout_s)
-                continue
-            if time.monotonic() >= deadline:
-                behind = {tp: (read_to[tp], end) for tp, end in ends.items() if read_to[tp] < end}
-                raise AssertionError(f"could not read up to the high watermarks: {behind}")
-            msg = consumer.poll(0.5)
-            if msg is None:
-                # The position also moves past records read_committed never hands out
-                # (transaction markers, aborted records).
-                for tp in consumer.position([TopicPartition(t, p) for t, p in parts]):
-                    read_to[(tp.topic, tp.partition)] = max(read_to[(tp.topic, tp.partition)],
-                                                            tp.offset)
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise AssertionError(f"verification consumer: {msg.error()}")
-            out.append(Received(
-                topic=msg.topic(), partition=msg.partition(), offset=msg.offset(),
-                key=msg.key(), value=msg.value(),
-                headers={k: v for k, v in (msg.headers() or [])},
-            ))
-            read_to[(msg.topic(), msg.partition())] = msg.offset() + 1
-    finally:
-        consumer.close()
-    return out
-
-
-def _partitions(consumer: Consumer, topics: Sequence[str],
-                deadline: float) -> list[tuple[str, int]]:
-    """Every partition of `topics`, once the broker's metadata knows them all."""
-    while True:
-        metadata = consumer.list_topics(timeout=10)
-        missing = {t: metadata.topics[t].error if t in metadata.topics else "not in metadata"
-                   for t in topics
-                   if t not in metadata.topics or metadata.topics[t].error is not None}
-        if not missing:
-            return [(t, p) for t in topics for p in sorted(metadata.topics[t].partitions)]
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"verification consumer: topics unavailable: {missing}")
-        time.sleep(0.5)
-
-
-def _high_watermarks(bootstrap: str, parts: Sequence[tuple[str, int]],
-                     conf: Mapping[str, str] | None) -> dict[tuple[str, int], int]:
-    """The high watermark of each partition: the end of the log, records of transactions
-    still open included (a read_committed consumer would be told the stable offset)."""
-    consumer = Consumer({**(conf or {}), "bootstrap.servers": bootstrap,
-                         "group.id": unique("marks"), "isolation.level": "read_uncommitted"})
-    try:
-        return {(t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
-                for t, p in parts}
-    finally:
-        consumer.close()
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> int:
