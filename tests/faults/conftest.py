@@ -15,7 +15,7 @@ import pytest
 import relay.stack
 from relay.stack import StackInfo
 from tests.faults import report
-from tests.faults.harness import create_database, drop_database
+from tests.faults.recorders import create_database, drop_database
 
 LONG_ENV = "RELAY_FAULTS_LONG"
 

@@ -16,7 +16,10 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.faults.harness import Msg, Outbox, RelayProc, query, shaped, verdict, wait_until
+from tests.faults.infra import query, wait_until
+from tests.faults.oracle import verdict
+from tests.faults.outbox_writer import Msg, Outbox, shaped
+from tests.faults.relay_proc import RelayProc
 
 PARK_RULE = {"match": "fpark-.*", "policy": "park"}
 

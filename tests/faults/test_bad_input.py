@@ -25,21 +25,9 @@ from relay.control.db import Database
 from relay.control.migrate import migrate
 from relay.stack.paths import StackPaths
 from tests.faults.conftest import PrivateStack, Scenario
-from tests.faults.harness import (
-    Msg,
-    Outbox,
-    create_topics,
-    database_url,
-    install_recorders,
-    ledger_entries,
-    query,
-    quiesce,
-    read_all,
-    relay_config,
-    relays,
-    start_relay,
-    unique,
-)
+from tests.faults.infra import create_topics, database_url, query, unique
+from tests.faults.oracle import ledger_entries, read_all
+from tests.faults.outbox_writer import Msg, Outbox
 from tests.faults.poison import (
     PARK_RULE,
     Case,
@@ -48,6 +36,8 @@ from tests.faults.poison import (
     mixed_traffic,
     run_until_settled,
 )
+from tests.faults.recorders import install_recorders, quiesce
+from tests.faults.relay_proc import relay_config, relays, start_relay
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

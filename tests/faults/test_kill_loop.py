@@ -23,26 +23,17 @@ from pyspark.sql import SparkSession
 
 from relay.stack import StackInfo
 from tests.faults.conftest import Scenario
-from tests.faults.harness import (
-    Outbox,
+from tests.faults.infra import create_topics, outbox_count, query, scalar, unique, wait_until
+from tests.faults.oracle import high_watermarks, ledger_entries, read_all, verdict
+from tests.faults.outbox_writer import Outbox, traffic
+from tests.faults.recorders import ownership
+from tests.faults.relay_proc import (
     RelayProc,
-    create_topics,
-    high_watermarks,
     lane_tokens,
-    ledger_entries,
-    outbox_count,
-    ownership,
-    query,
-    read_all,
     relay_config,
     relays,
-    scalar,
     start_relay,
     tokens_of,
-    traffic,
-    unique,
-    verdict,
-    wait_until,
     with_relay,
 )
 

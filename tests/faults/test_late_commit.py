@@ -1,9 +1,10 @@
 """Scenario 7: transactions that hold lower ids open while later ones commit and are sent.
 
 Ids come from a sequence, so a transaction that commits late brings a lower id after
-higher ids were relayed. It must still be delivered, and DESIGN.md invariant 2 must
-hold for every pair of transactions that were serialised (one committed before the
-other began) on the same key. This runs once per claim mode the relay offers.
+higher ids were relayed. It must still be delivered (docs/design.md, invariant 5, late
+commits), and invariant 2 (per-key order) must hold for every pair of transactions that
+were serialised (one committed before the other began) on the same key. This runs once
+per claim mode the relay offers.
 """
 
 from __future__ import annotations
@@ -20,23 +21,11 @@ import pytest
 from relay.config import RelaySettings
 from relay.stack import StackInfo
 from tests.faults.conftest import Scenario
-from tests.faults.harness import (
-    Msg,
-    OpenTx,
-    Outbox,
-    create_topics,
-    outbox_count,
-    query,
-    quiesce,
-    read_all,
-    relay_config,
-    relays,
-    sources_connected,
-    start_relay,
-    unique,
-    verdict,
-    wait_until,
-)
+from tests.faults.infra import create_topics, outbox_count, query, unique, wait_until
+from tests.faults.oracle import read_all, verdict
+from tests.faults.outbox_writer import Msg, OpenTx, Outbox
+from tests.faults.recorders import quiesce
+from tests.faults.relay_proc import relay_config, relays, sources_connected, start_relay
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

@@ -1,7 +1,7 @@
 """Scenarios 4 and 5: several relays on the same topics, and a relay whose lock is stolen
 while it is frozen mid-write.
 
-The test-only triggers (harness.RECORDERS) record every change of a topic's owner and,
+The test-only triggers (recorders.RECORDERS) record every change of a topic's owner and,
 inside the very transaction that deletes outbox rows, who held the topic's lock. A
 lock may only pass straight from one process to another once it has expired, and a
 delete must always be done by the holder.
@@ -19,25 +19,16 @@ import pytest
 
 from relay.stack import StackInfo
 from tests.faults.conftest import Scenario
-from tests.faults.harness import (
-    Outbox,
+from tests.faults.infra import create_topics, outbox_count, query, unique, wait_until
+from tests.faults.oracle import high_watermarks, read_all, verdict
+from tests.faults.outbox_writer import Outbox, traffic
+from tests.faults.recorders import ownership, quiesce, unfinished_claims
+from tests.faults.relay_proc import (
     RelayProc,
-    create_topics,
-    high_watermarks,
-    outbox_count,
-    ownership,
-    query,
-    quiesce,
-    read_all,
     relay_config,
     relays,
     sources_connected,
     start_relay,
-    traffic,
-    unfinished_claims,
-    unique,
-    verdict,
-    wait_until,
     with_relay,
 )
 

@@ -9,8 +9,8 @@ over all of them and two healthy topics; each kind is then checked on its own.
 
 Per-key order is kept for certain only for what is caught before sending: a later
 produce batch of the partition can be acknowledged while the one holding the refused
-record fails (DESIGN.md, invariant 2). For the broker's refusals the suite measures
-and reports those violations, and bounds them by one claim of the topic.
+record fails (docs/design.md, invariant 2, per-key order). For the broker's refusals the
+suite measures and reports those violations, and bounds them by one claim of the topic.
 """
 
 from __future__ import annotations
@@ -26,21 +26,9 @@ from pyspark.sql import SparkSession
 from relay.config import Config
 from relay.stack import StackInfo
 from tests.faults.conftest import Scenario
-from tests.faults.harness import (
-    Msg,
-    Outbox,
-    Record,
-    create_database,
-    create_topics,
-    drop_database,
-    ledger_entries,
-    quiesce,
-    read_all,
-    relay_config,
-    relays,
-    start_relay,
-    unique,
-)
+from tests.faults.infra import create_topics, unique
+from tests.faults.oracle import Record, ledger_entries, read_all
+from tests.faults.outbox_writer import Msg, Outbox
 from tests.faults.poison import (
     PARK_RULE,
     Case,
@@ -49,6 +37,8 @@ from tests.faults.poison import (
     mixed_traffic,
     run_until_settled,
 )
+from tests.faults.recorders import create_database, drop_database, quiesce
+from tests.faults.relay_proc import relay_config, relays, start_relay
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

@@ -17,27 +17,25 @@ import pytest
 
 import relay.stack
 from tests.faults.conftest import PrivateStack, Scenario
-from tests.faults.harness import (
-    Outbox,
-    create_database,
+from tests.faults.infra import (
     create_topics,
-    drop_database,
     outbox_count,
     outbox_ids,
-    ownership,
     query,
-    quiesce,
-    read_all,
-    relay_config,
-    relays,
     session_ids,
-    start_relay,
-    traffic,
-    unfinished_claims,
     unique,
-    verdict,
     wait_until,
 )
+from tests.faults.oracle import read_all, verdict
+from tests.faults.outbox_writer import Outbox, traffic
+from tests.faults.recorders import (
+    create_database,
+    drop_database,
+    ownership,
+    quiesce,
+    unfinished_claims,
+)
+from tests.faults.relay_proc import relay_config, relays, start_relay
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

@@ -23,21 +23,10 @@ import pytest
 
 from relay.stack import StackInfo
 from tests.faults.conftest import Scenario
-from tests.faults.harness import (
-    Outbox,
-    create_topics,
-    outbox_count,
-    outbox_ids,
-    read_all,
-    relay_config,
-    relays,
-    start_relay,
-    traffic,
-    unique,
-    verdict,
-    wait_until,
-    with_relay,
-)
+from tests.faults.infra import create_topics, outbox_count, outbox_ids, unique, wait_until
+from tests.faults.oracle import read_all, verdict
+from tests.faults.outbox_writer import Outbox, traffic
+from tests.faults.relay_proc import relay_config, relays, start_relay, with_relay
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
