@@ -10,12 +10,13 @@ only while this copier still holds the copy lock on the backend that took it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from relay import failpoints
 from relay.config import Config
 from relay.control.db import Database
 from relay.data.partitioning import partition_col
@@ -45,6 +46,8 @@ LEDGER_COLUMNS = (
 )
 # The scheduler pool of the copies (relay/fairscheduler.xml): rounds' tasks go first.
 LEDGER_POOL = "relay-ledger"
+# The Spark job group of every job of a copy: what a stop cancels (Ledger.cancel_copy).
+COPY_JOB_GROUP = "outbox-relay-ledger"
 # One staged record: the ledger rows of one session, topic and outcome.
 SESSION_RECORD = ("session_id", "topic", "outcome")
 SessionRecord = tuple[str, str, str]
@@ -127,15 +130,21 @@ class Ledger:
             self._origin = staging.origin(self.db)
         return self._origin
 
-    def flush(self) -> int:
-        """Copy every committed staged record to Delta; returns the batches copied."""
+    def flush(self, stopping: Callable[[], bool] = lambda: False) -> int:
+        """Copy every committed staged record to Delta; returns the batches copied.
+
+        Once `stopping` holds, no further batch starts: what is left stays staged."""
         backend = staging.try_copy_lock(self.db)
         if backend is None:
             return 0  # another relay is copying; it takes our records too
         try:
             copied = 0
             for batch in staging.leftover_batches(self.db):
+                if stopping():
+                    return copied
                 copied += self._copy(batch, backend)
+            if stopping():
+                return copied
             staging.ensure_copy_lock(self.db, backend)
             batch_id = staging.tag_next_batch(self.db, backend)
             if batch_id is not None:
@@ -148,7 +157,7 @@ class Ledger:
 
     def _copy(self, copy_batch: int, backend: int) -> int:
         """Writes one batch and deletes it from staging once Delta provably holds it."""
-        self.spark.sparkContext.setJobGroup("outbox-relay-ledger", "ledger copy", False)
+        self.spark.sparkContext.setJobGroup(COPY_JOB_GROUP, "ledger copy", False)
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", LEDGER_POOL)
         batch: int | None = copy_batch
         while batch is not None:
@@ -175,6 +184,17 @@ class Ledger:
             log.warning("ledger: Delta skipped copy batch %d (has %d); re-tagging", batch, last)
             batch = staging.retag_batch(self.db, backend, batch, last + 1)
         return 0
+
+    def end_copies(self, cancel: bool) -> None:
+        """For a stop: a copy in flight skips auto compaction, a post-commit step of its
+        write that a later copy does as well (and took 14-19 s in bench/, SOAK); with
+        `cancel`, its Spark jobs are cancelled. Callable from any thread."""
+        self.spark.conf.set("spark.databricks.delta.autoCompact.enabled", "false")
+        if cancel:
+            self.spark.sparkContext.cancelJobGroup(COPY_JOB_GROUP)
+
+    def staged_count(self) -> tuple[int, int]:
+        return staging.staged_count(self.db)
 
     def _staged(self, copy_batch: int) -> DataFrame:
         staged = (
@@ -212,6 +232,7 @@ class Ledger:
 
     def _before_write(self, copy_batch: int) -> None:
         """A seam for tests: the moment between tagging a copy batch and writing it."""
+        failpoints.hold("ledger_copy_held")
 
     def lookup(self, topic: str, message_id: int) -> list[LedgerRecord]:
         """Every record of the message, in Delta and staged: relay.ledger.lookup's answer,

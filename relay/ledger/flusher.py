@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from relay.errors import RelayError
 from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
@@ -16,13 +17,28 @@ _DEFER_POLL_S = 1.0
 # A copy waits for a drain lane at most this many intervals past its time: under a
 # backlog that never ends, staging would otherwise grow and Delta lag without bound.
 _MAX_DEFER_INTERVALS = 5
+# How long a stop waits for the copy in flight before it cancels the copy's Spark jobs:
+# inside a supervisor's usual grace period (Kubernetes: 30 s), beside the batch in flight.
+_STOP_WAIT_S = 20.0
+_CANCEL_WAIT_S = 5.0
+
+
+class Clock:
+    """Time as the copier reads and waits on it; tests give it a clock of their own."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def wait(self, done: threading.Event, timeout: float) -> bool:
+        """Waits up to `timeout` for `done`; whether it is set."""
+        return done.wait(timeout)
 
 
 class LedgerFlusher:
     """Copies staged ledger records to Delta every interval, off the batches' path."""
 
     def __init__(self, relay: Relay, interval_s: float, copy_early: bool = False,
-                 defer: Callable[[], bool] | None = None) -> None:
+                 defer: Callable[[], bool] | None = None, clock: Clock | None = None) -> None:
         self._relay = relay
         self._interval_s = interval_s
         # While a drain lane works, the cores are the delivery's: a copy (its Spark jobs
@@ -34,7 +50,10 @@ class LedgerFlusher:
         # W2's rounds, whose writes then waited up to 1.5 s: a continuous relay makes it
         # as soon as something is staged, early in its life, not at a random later time.
         self._copy_early = copy_early
+        self._clock = clock or Clock()
         self._done = threading.Event()
+        # Set by a stop that copies nothing more: the copy in flight ends with its batch.
+        self._abandon = threading.Event()
         self._thread = threading.Thread(target=self._run, name="relay-ledger", daemon=True)
 
     def start(self) -> None:
@@ -46,12 +65,13 @@ class LedgerFlusher:
         # against the database's own once-a-minute autovacuum, which makes its own latency
         # ramp, so the minutes of a steady load differed by where the two fell (bench/,
         # SOAK). A copy longer than the interval is followed at once by the next.
+        clock = self._clock
         early = self._copy_early
-        due = time.monotonic() + self._wait_s(early)
-        while not self._done.wait(max(0.0, due - time.monotonic())):
+        due = clock.now() + self._wait_s(early)
+        while not clock.wait(self._done, max(0.0, due - clock.now())):
             if not self._wait_for_the_drain(due):
                 return
-            started = time.monotonic()
+            started = clock.now()
             # Early polling ends with the first copy, or the first failure: a copy that
             # keeps failing is retried (and logged) once an interval, not every 2 s.
             copied = self.flush_once()
@@ -60,11 +80,12 @@ class LedgerFlusher:
 
     def _wait_for_the_drain(self, due: float) -> bool:
         """Waits while `defer` holds, up to its limit past `due`; False once stopped."""
+        clock = self._clock
         limit = due + self._interval_s * _MAX_DEFER_INTERVALS
-        if self._defer() and time.monotonic() < limit:
+        if self._defer() and clock.now() < limit:
             log.info("ledger copy waits while the drain lane works")
-            while self._defer() and time.monotonic() < limit:
-                if self._done.wait(_DEFER_POLL_S):
+            while self._defer() and clock.now() < limit:
+                if clock.wait(self._done, _DEFER_POLL_S):
                     return False
         return True
 
@@ -74,18 +95,50 @@ class LedgerFlusher:
     def flush_once(self) -> int | None:
         """Copies what is staged; returns the copy batches written, None after a failure."""
         try:
-            return self._relay.ledger.flush()
+            return self._relay.ledger.flush(stopping=self._abandon.is_set)
         except Exception as exc:  # the next interval retries; nothing staged is lost
+            if self._abandon.is_set():
+                log.info("ledger copy ended by the stop: %s", str(exc).split("\n", 1)[0])
+                return None
             log.warning("ledger copy failed, will retry: %s", exc)
             return None
 
     def stop(self, copy_now: bool = True) -> None:
         """Stop copying; with copy_now, wait for the copy in flight and copy the rest.
 
-        After a stop signal nothing is awaited: a Delta copy can take longer than a
-        supervisor's grace period, and what is staged stays in PostgreSQL for the next run.
+        After a stop signal (copy_now False) the copy in flight ends its batch, for up to
+        _STOP_WAIT_S, and is then cancelled: either way its Spark jobs end before the
+        Spark context stops, which would fail them with errors in the log. What it leaves
+        stays in PostgreSQL for the next run, as one line says.
         """
+        if not copy_now:
+            self._abandon.set()
         self._done.set()
         if copy_now:
-            self._thread.join()
+            self._join(None)
             self.flush_once()
+            return
+        if self._thread.is_alive():
+            self._relay.ledger.end_copies(cancel=False)
+        if not self._join(_STOP_WAIT_S):
+            log.warning("ledger: the copy in flight did not end within %.0f s of the stop; "
+                        "cancelling it", _STOP_WAIT_S)
+            self._relay.ledger.end_copies(cancel=True)
+            self._join(_CANCEL_WAIT_S)
+        self._say_what_stays()
+
+    def _join(self, timeout: float | None) -> bool:
+        """Whether the copier thread is over (or never started) within `timeout`."""
+        if self._thread.ident is None or self._thread is threading.current_thread():
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _say_what_stays(self) -> None:
+        try:
+            records, messages = self._relay.ledger.staged_count()
+        except RelayError as exc:
+            log.warning("ledger: stopped; what stays staged is unknown: %s", exc)
+            return
+        log.info("ledger: %d staged records (%d messages) stay in PostgreSQL; the next "
+                 "copy takes them", records, messages)

@@ -77,6 +77,12 @@ REMOVE_BATCH = f"""
 DELETE FROM relay_ledger_staging WHERE copy_batch = %(batch)s AND {_HOLDS_COPY_LOCK}
 """
 
+# What stays staged: records (one per session, topic and outcome) and their messages.
+STAGED_COUNT = """
+SELECT count(*) AS records, coalesce(sum(cardinality(ids)), 0)::bigint AS messages
+FROM relay_ledger_staging
+"""
+
 # The staged records of a message, of one topic or (topic NULL) of any. The span
 # condition is what finds them through an index when the topic is not given (0013);
 # `= ANY(ids)` is the exact test. The id's partitioning bytes sit at its position in the
@@ -90,6 +96,12 @@ WHERE relay_id_span(ids) @> %(id)s::bigint AND %(id)s::bigint = ANY(ids)
   AND (%(topic)s::varchar IS NULL OR topic = %(topic)s::varchar)
 ORDER BY relayed_at, seq
 """
+
+
+def staged_count(db: Database) -> tuple[int, int]:
+    """(records, messages) in staging."""
+    row = db.one(STAGED_COUNT) or {"records": 0, "messages": 0}
+    return int(row["records"]), int(row["messages"])
 
 
 def origin(db: Database) -> str:
