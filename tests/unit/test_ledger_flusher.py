@@ -1,164 +1,199 @@
-"""The copier's early polling: until a continuous relay's first copy, then once an interval."""
+"""The copier's schedule (early polls, fixed rate, the drain lane's wait) on a clock of the
+test's own, and its stop, which ends the copy in flight before the Spark context stops."""
 
 from __future__ import annotations
 
-import time
+import threading
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from relay.ledger import flusher
-from relay.ledger.flusher import LedgerFlusher
+from relay.ledger.flusher import Clock, LedgerFlusher
+
+
+class _Clock(Clock):
+    """Time moves only when the copier waits, or a copy takes time; `horizon` stops it."""
+
+    def __init__(self, horizon: float) -> None:
+        self.t = 0.0
+        self.horizon = horizon
+
+    def now(self) -> float:
+        return self.t
+
+    def wait(self, done: threading.Event, timeout: float) -> bool:
+        if not done.is_set() and self.t + timeout > self.horizon:
+            done.set()  # the stop, at the horizon
+            return True
+        self.t += timeout  # a wait that ignored its stop still takes its time
+        return done.is_set()
 
 
 class _Ledger:
-    def __init__(self, results: list[int | Exception]) -> None:
-        self.results = results
-        self.calls = 0
+    """Results in order (the last repeats); each copy takes `copy_s` of the clock."""
 
-    def flush(self) -> int:
-        self.calls += 1
-        result = self.results[min(self.calls, len(self.results)) - 1]
+    def __init__(self, clock: _Clock, results: list[int | Exception],
+                 copy_s: float = 0.0) -> None:
+        self.clock = clock
+        self.results = results
+        self.copy_s = copy_s
+        self.starts: list[float] = []
+
+    def flush(self, stopping: Callable[[], bool] = lambda: False) -> int:
+        self.starts.append(self.clock.t)
+        self.clock.t += self.copy_s
+        result = self.results[min(len(self.starts), len(self.results)) - 1]
         if isinstance(result, Exception):
             raise result
         return result
 
 
-def _run(ledger: _Ledger, copy_early: bool, seconds: float = 0.4,
-         interval_s: float = 30.0) -> None:
+def _copies(results: list[int | Exception], horizon: float, interval_s: float,
+            copy_early: bool = False, copy_s: float = 0.0,
+            defer: Callable[[float], bool] | None = None) -> list[float]:
+    """When each copy started, from the copier's start until `horizon`."""
+    clock = _Clock(horizon)
+    ledger = _Ledger(clock, results, copy_s)
     relay: Any = SimpleNamespace(ledger=ledger)
-    copier = LedgerFlusher(relay, interval_s=interval_s, copy_early=copy_early)
-    copier.start()
-    time.sleep(seconds)
-    copier.stop(copy_now=False)
-
-
-@pytest.fixture(autouse=True)
-def _fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flusher, "_FIRST_COPY_POLL_S", 0.02)
+    lane = None if defer is None else (lambda: defer(clock.t))
+    LedgerFlusher(relay, interval_s=interval_s, copy_early=copy_early, defer=lane,
+                  clock=clock)._run()
+    return ledger.starts
 
 
 def test_early_polls_stop_at_the_first_copy() -> None:
-    ledger = _Ledger([0, 0, 0, 1, 1])
-    _run(ledger, copy_early=True)
-    assert ledger.calls == 4  # three empty polls, the copy, then a 30 s interval
+    # Three empty polls 2 s apart, the copy, then the 30 s interval.
+    assert _copies([0, 0, 0, 1, 1], horizon=100, interval_s=30, copy_early=True) == [
+        2, 4, 6, 8, 38, 68, 98]
 
 
 def test_early_polls_stop_at_the_first_failure() -> None:
-    ledger = _Ledger([RuntimeError("Delta path unwritable")])
-    _run(ledger, copy_early=True)
-    assert ledger.calls == 1
+    assert _copies([RuntimeError("Delta path unwritable"), 1], horizon=100, interval_s=30,
+                   copy_early=True) == [2, 32, 62, 92]
 
 
 def test_without_early_copies_the_first_waits_an_interval() -> None:
-    ledger = _Ledger([1])
-    _run(ledger, copy_early=False)
-    assert ledger.calls == 0
+    assert _copies([1], horizon=29.9, interval_s=30) == []
+    assert _copies([1], horizon=30, interval_s=30) == [30]
 
 
 # A continuous relay copied once, at its start, and never again (a 20-minute soak left
 # its Delta ledger at that first copy): the interval's copies must go on whatever the
 # early polls did.
-@pytest.mark.parametrize(("copy_early", "results"), [
-    (True, [0, 1, 1]),  # after the first copy
-    (True, [RuntimeError("Delta path unwritable"), 1]),  # after a failed first copy
-    (False, [1, 0, 1]),  # an available-now drain's interval copies
+@pytest.mark.parametrize(("copy_early", "results", "starts"), [
+    (True, [0, 1, 1], [2, 4, 14, 24, 34, 44]),  # after the first copy
+    (True, [RuntimeError("Delta path unwritable"), 1], [2, 12, 22, 32, 42]),  # after a failure
+    (False, [1, 0, 1], [10, 20, 30, 40]),  # an available-now drain's interval copies
 ])
-def test_copies_go_on_once_an_interval(copy_early: bool, results: list[int | Exception]) -> None:
-    ledger = _Ledger(results)
-    _run(ledger, copy_early=copy_early, seconds=0.5, interval_s=0.1)
-    assert 4 <= ledger.calls <= 7, ledger.calls
-
-
-class _SlowLedger(_Ledger):
-    """A copy that takes `copy_s`, recording when each one started."""
-
-    def __init__(self, copy_s: float) -> None:
-        super().__init__([1])
-        self.copy_s = copy_s
-        self.starts: list[float] = []
-
-    def flush(self) -> int:
-        self.starts.append(time.monotonic())
-        time.sleep(self.copy_s)
-        return super().flush()
+def test_copies_go_on_once_an_interval(copy_early: bool, results: list[int | Exception],
+                                       starts: list[float]) -> None:
+    assert _copies(results, horizon=45, interval_s=10, copy_early=copy_early) == starts
 
 
 def test_copies_start_an_interval_apart_however_long_each_takes() -> None:
-    """Fixed rate: with copies of 0.1 s every 0.2 s they start 0.2 s apart, where a fixed
-    delay would start them 0.3 s apart."""
-    ledger = _SlowLedger(copy_s=0.1)
-    _run(ledger, copy_early=False, seconds=1.5, interval_s=0.2)
-    gaps = sorted(b - a for a, b in zip(ledger.starts, ledger.starts[1:], strict=False))
-    assert len(gaps) >= 4, ledger.starts
-    assert gaps[len(gaps) // 2] < 0.25, gaps
+    """Fixed rate: copies of 1 s every 2 s start 2 s apart, where a fixed delay would
+    start them 3 s apart."""
+    assert _copies([1], horizon=10, interval_s=2, copy_s=1) == [2, 4, 6, 8, 10]
 
 
 def test_a_copy_longer_than_the_interval_is_followed_at_once() -> None:
-    ledger = _SlowLedger(copy_s=0.15)
-    _run(ledger, copy_early=False, seconds=1.0, interval_s=0.05)
-    gaps = [b - a for a, b in zip(ledger.starts, ledger.starts[1:], strict=False)]
-    assert gaps and max(gaps) < 0.25, gaps  # no interval's wait after an overrun copy
+    assert _copies([1], horizon=10, interval_s=1, copy_s=3) == [1, 4, 7, 10]
 
 
-class _Drain:
-    """The drain lane's `defer`: works until `until` (monotonic), or for good."""
-
-    def __init__(self, seconds: float | None) -> None:
-        self.until = None if seconds is None else time.monotonic() + seconds
-
-    def __call__(self) -> bool:
-        return self.until is None or time.monotonic() < self.until
+@pytest.fixture(autouse=True)
+def _one_second_defer_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flusher, "_DEFER_POLL_S", 1.0)
+    monkeypatch.setattr(flusher, "_MAX_DEFER_INTERVALS", 5)
 
 
-def _deferred(ledger: _Ledger, defer: _Drain, seconds: float, interval_s: float = 0.05,
-              copy_now: bool = False) -> LedgerFlusher:
-    relay: Any = SimpleNamespace(ledger=ledger)
-    copier = LedgerFlusher(relay, interval_s=interval_s, copy_early=False, defer=defer)
-    copier.start()
-    time.sleep(seconds)
-    copier.stop(copy_now=copy_now)
-    return copier
-
-
-@pytest.fixture
-def _fast_defer_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flusher, "_DEFER_POLL_S", 0.01)
-
-
-@pytest.mark.usefixtures("_fast_defer_polls")
 def test_a_copy_waits_while_the_drain_lane_works() -> None:
-    ledger = _SlowLedger(copy_s=0.0)
-    started = time.monotonic()
-    _deferred(ledger, _Drain(0.15), seconds=0.3, interval_s=0.05)
-    # Due at 0.05 s, with a limit 0.25 s past that: the lane's 0.15 s ends first, and
-    # the copy follows it at once, then the next an interval later.
-    assert ledger.starts, "no copy after the drain lane stopped"
-    first = ledger.starts[0] - started
-    assert 0.15 <= first < 0.25, first
-    assert len(ledger.starts) >= 2, ledger.starts
+    # Due at 10 s; the lane works until 15 s: the copy follows it at once, then one an
+    # interval after that copy.
+    assert _copies([1], horizon=40, interval_s=10, defer=lambda t: t < 15) == [15, 25, 35]
 
 
-@pytest.mark.usefixtures("_fast_defer_polls")
 def test_a_copy_waits_for_the_drain_lane_only_so_long() -> None:
-    ledger = _SlowLedger(copy_s=0.0)
-    started = time.monotonic()
-    _deferred(ledger, _Drain(None), seconds=0.6, interval_s=0.05)
-    # Due at 0.05 s, waited up to 5 intervals more: the first copy near 0.3 s, then one
-    # every 0.3 s while the lane never stops.
-    assert ledger.starts, "a lane that never stops held every copy back"
-    first = ledger.starts[0] - started
-    assert 0.28 <= first < 0.45, first
+    # A lane that never stops: each copy is due an interval after the last one and
+    # waits 5 intervals more, so one comes every 6 intervals.
+    assert _copies([1], horizon=200, interval_s=10, defer=lambda t: True) == [60, 120, 180]
 
 
-@pytest.mark.usefixtures("_fast_defer_polls")
 def test_a_stop_ends_the_wait_and_copies_what_is_staged() -> None:
-    ledger = _SlowLedger(copy_s=0.0)
-    started = time.monotonic()
-    # Due at 0.05 s and waiting (the limit is at 0.3 s) when the stop comes at 0.15 s.
-    copier = _deferred(ledger, _Drain(None), seconds=0.15, interval_s=0.05, copy_now=True)
-    assert not copier._thread.is_alive()
-    assert len(ledger.starts) == 1  # the stop's own copy, not a waited-out one
-    assert ledger.starts[0] - started >= 0.15
-    assert time.monotonic() - started < 1.0
+    clock = _Clock(horizon=25)  # the stop comes at 25 s, while the copy due at 10 s waits
+    ledger = _Ledger(clock, [1])
+    relay: Any = SimpleNamespace(ledger=ledger)
+    copier = LedgerFlusher(relay, interval_s=10, defer=lambda: True, clock=clock)
+    copier._run()
+    assert ledger.starts == []  # the wait ended with the stop, not with its limit (60 s)
+    copier.stop(copy_now=True)
+    assert ledger.starts == [25]  # the stop's own copy
+
+
+class _CopyInFlight:
+    """A real copier thread's copy that goes on until the copier was told to stop."""
+
+    def __init__(self, staged: tuple[int, int] = (3, 120)) -> None:
+        self.entered = threading.Event()
+        self.told_to_stop = threading.Event()
+        self.ended = threading.Event()
+        self.staged = staged
+        self.cancelled = self.compaction_skipped = False
+        self.stopping_seen: list[bool] = []
+
+    def flush(self, stopping: Callable[[], bool] = lambda: False) -> int:
+        self.entered.set()
+        self.told_to_stop.wait(30)
+        self.stopping_seen.append(stopping())
+        self.ended.set()
+        return 1
+
+    def end_copies(self, cancel: bool) -> None:
+        self.compaction_skipped = True
+        self.cancelled = self.cancelled or cancel
+
+    def staged_count(self) -> tuple[int, int]:
+        return self.staged
+
+
+def test_a_stop_signal_waits_for_the_copy_in_flight_and_says_what_stays(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A stop signal (copy_now False) returns only once the copy's batch ended, so its
+    Spark jobs never meet the Spark context's stop, and says in one line what stays."""
+    ledger = _CopyInFlight()
+    relay: Any = SimpleNamespace(ledger=ledger)
+    copier = LedgerFlusher(relay, interval_s=0.01)
+    copier.start()
+    assert ledger.entered.wait(30)
+    # The copier's stop is what lets this copy end: it sets the flag the copy reads.
+    threading.Thread(target=lambda: ledger.told_to_stop.set() if copier._abandon.wait(30)
+                     else None, daemon=True).start()
+    caplog.set_level("INFO", logger=flusher.__name__)
+    copier.stop(copy_now=False)
+    assert ledger.ended.is_set(), "the stop returned while the copy was in flight"
+    assert ledger.stopping_seen == [True] and ledger.compaction_skipped
+    assert not ledger.cancelled
+    said = [r.getMessage() for r in caplog.records if "stay in PostgreSQL" in r.getMessage()]
+    assert said == ["ledger: 3 staged records (120 messages) stay in PostgreSQL; the next "
+                    "copy takes them"]
+
+
+def test_a_copy_that_outlasts_the_stop_s_wait_is_cancelled(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flusher, "_STOP_WAIT_S", 0.0)
+    ledger = _CopyInFlight()
+
+    def end_copies(cancel: bool) -> None:
+        if cancel:
+            ledger.cancelled = True
+            ledger.told_to_stop.set()  # cancelling the copy's jobs ends the copy
+
+    ledger.end_copies = end_copies  # type: ignore[method-assign]
+    relay: Any = SimpleNamespace(ledger=ledger)
+    copier = LedgerFlusher(relay, interval_s=0.01)
+    copier.start()
+    assert ledger.entered.wait(30)
+    copier.stop(copy_now=False)
+    assert ledger.cancelled and ledger.ended.is_set()
