@@ -6,6 +6,12 @@ checks what can fail for certain before anything is sent (relay_message_problem:
 row's size against the topic's limit, the shape of its user headers, a parked message
 of the same key). The first bad row of a topic cuts that topic's claim, so order is
 kept and the row is reported by id.
+
+On a topic the relay compacts, the claim deletes the rows it supersedes at once, in its
+own transaction, and stages their ledger record (`compacted`). Their successors stay in
+the outbox until they are delivered or parked, whatever becomes of this claim's write:
+a superseded row left behind would be claimed alone after a failed write, and sent after
+a newer value of its key that the write did deliver.
 """
 
 from __future__ import annotations
@@ -99,53 +105,50 @@ backlog AS (
                                                     AND h.n > 1) AS more
     FROM healthy h GROUP BY h.topic
 ),
-session AS (
-    INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids, compacted_ids)
-    SELECT gen_random_uuid(), (SELECT batch_id FROM batch), topic, %(token)s,
-           array_agg(id ORDER BY id),
-           coalesce(array_agg(id ORDER BY id) FILTER (WHERE superseded), '{}')
+grouped AS (
+    SELECT topic, array_agg(id ORDER BY id) FILTER (WHERE NOT superseded) AS ids,
+           array_agg(id) FILTER (WHERE superseded) AS superseded
     FROM chosen GROUP BY topic
-    RETURNING session_id, batch_id, topic,
-              cardinality(ids) AS rows, cardinality(compacted_ids) AS compacted
+),
+-- Fenced as the claim is: `chosen` holds rows of held topics only. A key's newest row in
+-- the claim is never superseded, so every session keeps at least one row to send.
+compacted AS (
+    DELETE FROM kafka_messages m
+    USING grouped g
+    WHERE m.id = ANY(g.superseded) AND m.topic = g.topic
+    RETURNING m.id, m.topic
+),
+session AS (
+    INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids)
+    SELECT gen_random_uuid(), (SELECT batch_id FROM batch), topic, %(token)s, ids
+    FROM grouped
+    RETURNING session_id, batch_id, topic, cardinality(ids) AS rows
+),
+-- The ledger record of exactly the rows deleted, under the session that decided it.
+staged AS (
+    INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source)
+    SELECT s.session_id, s.topic, 'compacted', array_agg(c.id), %(source)s
+    FROM compacted c JOIN session s ON s.topic = c.topic
+    GROUP BY s.session_id, s.topic
+    RETURNING topic, cardinality(ids) AS compacted
 )
-SELECT coalesce(s.topic, f.topic) AS topic, s.session_id, s.batch_id, s.rows, s.compacted,
-       f.bad_id, f.problem, coalesce(b.more, false) AS more
+SELECT coalesce(s.topic, f.topic) AS topic, s.session_id, s.batch_id, s.rows,
+       coalesce(st.compacted, 0) AS compacted, f.bad_id, f.problem,
+       coalesce(b.more, false) AS more
 FROM session s FULL JOIN first_problem f ON f.topic = s.topic
+LEFT JOIN staged st ON st.topic = s.topic
 LEFT JOIN backlog b ON b.topic = coalesce(s.topic, f.topic)
 """
 
 SESSION_SENT_IDS = """
-SELECT array(SELECT x FROM unnest(ids) AS x WHERE NOT x = ANY(compacted_ids) ORDER BY x) AS ids
-FROM relay_sessions WHERE session_id = %s AND lock_token = %s
+SELECT ids FROM relay_sessions WHERE session_id = %s AND lock_token = %s
 """
 
-# After isolation only a prefix was acknowledged. A compacted row stays in the session,
-# deleted as compacted, iff a later row of its key (same record key and partitioning
-# bytes, as in CLAIM) is in that prefix; otherwise it leaves the session and waits: its
-# successor may not have been delivered. Dropping them all would send a superseded value
-# on the next claim, after its successor.
+# After isolation only a prefix was acknowledged: the session keeps just that prefix. The
+# rows it superseded are gone since the claim (CLAIM), so none can follow it later.
 TRUNCATE_SESSION = """
-WITH own AS (
-    SELECT session_id, compacted_ids FROM relay_sessions
-    WHERE session_id = %(session)s AND lock_token = %(token)s
-),
-kept AS (
-    SELECT c.id
-    FROM own o
-    CROSS JOIN LATERAL unnest(o.compacted_ids) AS c(id)
-    JOIN kafka_messages m ON m.id = c.id
-    WHERE EXISTS (
-        SELECT 1 FROM kafka_messages d
-        WHERE d.id = ANY(%(delivered)s::bigint[]) AND d.id > m.id AND d.key = m.key
-          AND relay_partitioning_key(d.partition_key, d.key)
-              = relay_partitioning_key(m.partition_key, m.key))
-)
-UPDATE relay_sessions s
-SET ids = array(SELECT x FROM unnest(%(delivered)s::bigint[]) AS x
-                UNION SELECT id FROM kept ORDER BY 1),
-    compacted_ids = array(SELECT id FROM kept ORDER BY id)
-FROM own o
-WHERE s.session_id = o.session_id
+UPDATE relay_sessions SET ids = %(delivered)s::bigint[]
+WHERE session_id = %(session)s AND lock_token = %(token)s
 """
 
 ABANDON_SESSIONS = "DELETE FROM relay_sessions WHERE session_id = ANY(%s::uuid[])"
@@ -168,8 +171,8 @@ class Claim:
 
     topic: str
     session_id: str | None
-    rows: int
-    compacted: int
+    rows: int  # the rows to send
+    compacted: int  # the rows it superseded, deleted by the claim itself
     bad_id: int | None
     problem: str | None
     partitions: int | None = None  # the topic's partition count for this send
@@ -208,6 +211,7 @@ class Claims:
             "prefix": self.header_prefix,
             "limit": limit,
             "batch_bytes": batch_bytes,
+            "source": self.source_name,
         }
         with self.db.transaction() as cur:
             cur.execute(CLEAR_STALE_SESSIONS, {"topics": topics, "token": self.token,
@@ -238,7 +242,7 @@ class Claims:
 
     def truncate(self, session_id: str, ids: Sequence[int]) -> None:
         self.db.execute(TRUNCATE_SESSION, {
-            "delivered": list(ids), "session": session_id, "token": self.token})
+            "delivered": sorted(ids), "session": session_id, "token": self.token})
 
     def abandon(self, session_ids: Collection[str]) -> None:
         if session_ids:

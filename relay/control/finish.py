@@ -10,7 +10,8 @@ from relay.control.claims import Claim, Claims
 from relay.control.locks import HOLD_OWNED, REGISTER_ERROR, RELEASE, TopicLocks
 
 # Deletes only rows of sessions whose topic lock is held (see locks.HOLD_OWNED, taken
-# in the same transaction), and stages the ledger record of exactly the rows deleted.
+# in the same transaction), and stages the ledger record of exactly the rows deleted
+# (the rows a claim compacted were deleted by the claim: relay.control.claims).
 # A published record also keeps each row's partitioning bytes (the one definition,
 # relay_partitioning_key), with the partition count and partitioner of its send: the
 # Delta copy computes the partition from them once the rows are gone. The two unordered
@@ -28,13 +29,13 @@ WITH done AS (
         AS f(session_id, partitions, partitioner)
     WHERE s.session_id = f.session_id AND s.topic = ANY(%(owned)s::varchar[])
       AND s.lock_token = %(token)s
-    RETURNING s.session_id, s.topic, s.ids, s.compacted_ids, f.partitions, f.partitioner
+    RETURNING s.session_id, s.topic, s.ids, f.partitions, f.partitioner
 ),
 removed AS (
     DELETE FROM kafka_messages m
     USING done d
     WHERE m.id = ANY(d.ids) AND m.topic = d.topic
-    RETURNING m.id, d.session_id, d.topic, m.id = ANY(d.compacted_ids) AS compacted,
+    RETURNING m.id, d.session_id, d.topic,
               m.created_at, relay_partitioning_key(m.partition_key, m.key) AS partitioning_key,
               d.partitions, d.partitioner
 ),
@@ -43,15 +44,10 @@ staged AS (
         (session_id, topic, outcome, ids, source, partitioning_keys, topic_partitions,
          partitioner)
     -- Unordered: the ledger explodes the arrays, and sorting every deleted id spilled.
-    SELECT session_id, topic,
-           CASE WHEN compacted THEN 'compacted' ELSE 'published' END,
-           array_agg(id), %(source)s,
-           -- A compacted row was never sent: it has no partition.
-           array_agg(partitioning_key) FILTER (WHERE NOT compacted),
-           CASE WHEN NOT compacted THEN partitions END,
-           CASE WHEN NOT compacted THEN partitioner END
+    SELECT session_id, topic, 'published', array_agg(id), %(source)s,
+           array_agg(partitioning_key), partitions, partitioner
     FROM removed
-    GROUP BY session_id, topic, compacted, partitions, partitioner
+    GROUP BY session_id, topic, partitions, partitioner
     RETURNING topic, outcome, cardinality(ids) AS rows
 ),
 -- The lag is cut into buckets on created_at itself: edges `written - bound`, ascending,
@@ -71,7 +67,6 @@ lag AS (
            extract(epoch FROM sum(greatest(e.written - r.created_at, interval '0')))::float8
                AS seconds
     FROM removed r CROSS JOIN edges e
-    WHERE NOT r.compacted
     GROUP BY 1
 )
 SELECT topic, outcome, rows, NULL::int AS bucket, NULL::float8 AS seconds FROM staged
@@ -89,7 +84,6 @@ class Finished:
     owned: set[str]
     lost: set[str]
     published: int
-    compacted: int
     # (bucket index, rows, sum of lags in seconds) of the published rows; see FINISH_SESSIONS.
     lag: list[tuple[int, int, float]] = field(default_factory=list)
 
@@ -141,8 +135,7 @@ def finish(
     return Finished(
         owned=owned,
         lost=set(topics) - owned,
-        published=sum(r["rows"] for r in staged if r["outcome"] == "published"),
-        compacted=sum(r["rows"] for r in staged if r["outcome"] == "compacted"),
+        published=sum(r["rows"] for r in staged),
         lag=[(r["bucket"], r["rows"], r["seconds"]) for r in result
              if r["bucket"] is not None] if lag_bounds else [],
     )

@@ -163,7 +163,7 @@ class Delivery:
         result = isolate(ids, reason, lambda a, b: self._try([claim.topic], (a, b)))
         if result.delivered:
             self.relay.claims.truncate(claim.session_id, result.delivered)
-            outcome.acknowledged.append(replace(claim, rows=len(result.delivered), compacted=0))
+            outcome.acknowledged.append(replace(claim, rows=len(result.delivered)))
         if not result.poison or result.culprit is None:
             outcome.errors[claim.topic] = result.reason
             return
@@ -220,7 +220,7 @@ class Delivery:
             if c.topic not in topics:
                 continue
             if ids is None:
-                total += c.rows - c.compacted
+                total += c.rows
             else:
                 total += sum(ids[0] <= i <= ids[1] for i in self._isolating.get(c.topic, []))
         return total

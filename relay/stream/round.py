@@ -109,6 +109,8 @@ class Round:
             batch = self.relay.claims.claim(limits, settings.batch_size,
                                             settings.max_batch_bytes)
         for c in batch.claims:
+            if c.compacted:  # deleted by the claim, whatever becomes of the write
+                self._count(c.topic, "compacted", c.compacted)
             # Under park, the next round parks the bad row before claiming.
             if c.bad_id is not None and self._policy(c.topic) == "block":
                 errors[c.topic] = f"message {c.bad_id}: {c.problem}"
@@ -136,13 +138,12 @@ class Round:
                           self.metrics.delivery_lag.bounds, since_write)
         for c in acknowledged:
             if c.topic in done.owned:
-                self._count(c.topic, "published", c.rows - c.compacted)
-                self._count(c.topic, "compacted", c.compacted)
+                self._count(c.topic, "published", c.rows)
         self.backlogged = frozenset(c.topic for c in acknowledged
                                     if c.more and c.topic in done.owned - errors.keys())
         self.metrics.delivery_lag.add(done.lag)
         self.metrics.lock_lost(len(done.lost | set(lost)))
-        if done.published or done.compacted:
+        if done.published:
             self.metrics.succeeded()
         self._finished()
         if done.lost:

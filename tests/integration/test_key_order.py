@@ -21,6 +21,7 @@ from relay.control.db import Database
 from relay.data.partitioning import partitioning_key_col
 from relay.data.read import read_current_batch
 from relay.ledger.delta import Ledger
+from relay.partitioners import partition_for
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
@@ -33,6 +34,11 @@ from tests.integration.helpers import (
     partitioning_bytes,
     query,
     unique,
+)
+from tests.integration.two_brokers import (  # noqa: F401  (fixtures)
+    TwoBrokers,
+    cluster_fixture,
+    two_brokers_fixture,
 )
 
 pytestmark = pytest.mark.integration
@@ -148,37 +154,120 @@ def test_sql_and_spark_agree_on_the_partitioning_key_and_split_by_it(
     assert hashes[None] == {0}, "rows with neither key nor partition_key split together"
 
 
-def test_isolation_on_a_compacted_topic_never_resends_a_superseded_value(
-    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
-    spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
+# Where each case's partly failed write fails: J's partition, led by node 2, while K's
+# partition (node 1) acknowledges. "leader down": node 2 is stopped before the write, so
+# J's records time out. "broker refuses": J's first row has no record key, which only the
+# broker refuses on a compacted topic (the failpoint plays a config read before the topic
+# turned compacted); its partition_key still puts it on J's partition.
+FAILURES = ["leader down", "broker refuses"]
+LEADERS = [1, 2, 1, 2]
+
+
+def _led_by(node: int, candidates: list[bytes]) -> bytes:
+    """The first of `candidates` whose partition (murmur2, as the relay's default) has
+    `node` as its leader."""
+    return next(c for c in candidates
+                if LEADERS[partition_for("murmur2", c, len(LEADERS))] == node)
+
+
+def _superseding_rows(topic: str, failure: str) -> tuple[list[Msg], set[int]]:
+    """The rows, each its own transaction, and the indexes of those the claim supersedes.
+
+    K (node 1) is written as key K and then as key K with partition_key K: the same
+    partitioning bytes, so K's second row supersedes its first. B is a binary key on
+    node 1. X has K's record key under other partitioning bytes, so nothing supersedes it.
+    J (node 2) fails; J's later row has J's bytes from `key` alone.
+    """
+    k = _led_by(1, [f"K{i}".encode() for i in range(64)])
+    b = _led_by(1, [b"\xff" + bytes([i]) for i in range(64)])
+    j = _led_by(2, [f"J{i}".encode() for i in range(64)])
+    refuses = failure == "broker refuses"
+    rows = [
+        Msg(topic, k, b"K:v1"),
+        Msg(topic, b, b"B:v1"),
+        Msg(topic, k, b"X:v1", partition_key="X"),
+        Msg(topic, None if refuses else j, b"J:v1", partition_key=j.decode() if refuses else None),
+        Msg(topic, k, b"K:v2", partition_key=k.decode()),
+        Msg(topic, b, b"B:v2"),
+        Msg(topic, j, b"J:v2"),
+    ]
+    if not refuses:  # a keyless record: the topic is compacted in Kafka only when it refuses
+        rows.insert(5, Msg(topic, None, b"keyless"))
+    superseded = {0, 1} if refuses else {0, 1, 3}
+    return rows, superseded
+
+
+@pytest.mark.parametrize("policy", ["block", "park"])
+@pytest.mark.parametrize("failure", FAILURES)
+def test_a_superseded_value_is_never_sent_after_a_partly_failed_write(
+    cluster: TwoBrokers, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, failure: str, policy: str,
 ) -> None:
-    """K:a, J:a, K:b, keyless, J:b with the relay's compaction on: K:a and J:a are
-    superseded. Only the broker refuses the keyless record (stale topic config), so
-    isolation delivers K:b alone. K:a must then count as compacted, not be sent after K:b;
-    J:a, whose successor was not delivered, must wait and be compacted later."""
-    monkeypatch.setenv("RELAY_FAILPOINTS", "stale_topic_config")
-    topic = unique("compact")
-    create_topics(stack.kafka_bootstrap, {topic: 1}, **{"cleanup.policy": "compact"})
-    rows = [Msg(topic, b"K", b"K:a"), Msg(topic, b"J", b"J:a"), Msg(topic, b"K", b"K:b"),
-            Msg(topic, None, b"keyless"), Msg(topic, b"J", b"J:b")]
+    """One claim supersedes K:v1 and B:v1 and sends K:v2 and B:v2 with J's rows, on four
+    partitions over two brokers. J's partition fails while K's acknowledges, so the
+    write fails as a whole with K:v2 in Kafka. Whatever isolation, the policy and the
+    retries make of that, no key's older value may appear after a newer one, and every
+    id ends published, compacted, parked or still waiting, once."""
+    topic = unique(f"compact-{policy}")
+    refuses = failure == "broker refuses"
+    cluster.create_topic(topic, LEADERS, **({"cleanup.policy": "compact"} if refuses else {}))
+    rows, superseded = _superseding_rows(topic, failure)
     ids = insert(migrated_url, [[m] for m in rows])
-    config = make_config([topic], relay={
-        "topic_rules": [{"match": ".*", "compact": True, "policy": "park"}]})
+    written = dict(zip(ids, rows, strict=True))
+    config = make_config([topic], kafka={
+        "bootstrap_servers": cluster.bootstrap, "delivery_timeout_ms": 4000,
+        "request_timeout_ms": 2000}, relay={
+        "read_partitions": 2, "available_now_deadline_s": 15,
+        "topic_rules": [{"match": ".*", "compact": True, "policy": policy}]})
+    if refuses:
+        monkeypatch.setenv("RELAY_FAILPOINTS", "stale_topic_config")
+    else:
+        cluster.stop_node2()
 
-    result = run_relay(config)
+    first = run_relay(config)
 
-    assert result.exit_code == EXIT_OK
-    got = sorted(consume(stack.kafka_bootstrap, [topic], expect=2), key=lambda r: r.offset)
-    print("consumer saw:", [r.value for r in got])
-    for key in (b"K", b"J"):
-        values = [r.value for r in got if r.key == key]
-        assert values and set(values) == {key + b":b"}, f"{key!r}: only the newest, {values}"
-    assert query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0
+    waiting = {i for (i,) in query(migrated_url, "SELECT id FROM kafka_messages")}
+    parked = {i for (i,) in query(migrated_url, "SELECT id FROM relay_parked_messages")}
+    print(f"{failure}, {policy}: exit {first.exit_code}, waiting {sorted(waiting)}, "
+          f"parked {sorted(parked)}")
+    assert waiting or parked, "J's partition failed: its rows wait or are parked"
+    if not refuses:
+        cluster.start_node2()
+        cluster.wait_led(topic, len(LEADERS))
+        again = config.model_copy(update={"relay": config.relay.model_copy(
+            update={"checkpoint_path": config.relay.checkpoint_path + "-2"})})
+        assert run_relay(again).exit_code == EXIT_OK
+
+    got = consume(cluster.bootstrap, [topic], expect=1)
+    print("consumer saw:", [(r.partition, r.value) for r in sorted(
+        got, key=lambda r: (r.partition, r.offset))])
+    inversions, spread, _ = order_report(written, got)
+    assert {r.value for r in got if r.key == rows[0].key} >= {b"K:v2"}, "K:v2 reached Kafka"
+    assert inversions == 0 and spread == 0, "first appearances in id order per key"
+    assert not {ids[n] for n in superseded} & {r.outbox_id for r in got}, "superseded: unsent"
+    parked = {i for (i,) in query(migrated_url, "SELECT id FROM relay_parked_messages")}
+    waiting = {i for (i,) in query(migrated_url, "SELECT id FROM kafka_messages")}
     ledger = Ledger(spark, config, Database(config.postgres))
     ledger.flush()
-    outcomes = {r.message_id: r.outcome for r in ledger.table().collect()}
-    assert outcomes == {ids[0]: "compacted", ids[1]: "compacted", ids[2]: "published",
-                        ids[3]: "parked", ids[4]: "published"}
+    records = [(r.message_id, r.outcome) for r in ledger.table().collect()]
+    outcomes = dict(records)
+    assert len(outcomes) == len(records), f"one ledger record per id: {records}"
+    assert {ids[n]: outcomes.get(ids[n]) for n in superseded} == dict.fromkeys(
+        (ids[n] for n in superseded), "compacted")
+    assert {i for i, o in outcomes.items() if o == "parked"} == parked
+    published = {i for i, o in outcomes.items() if o == "published"}
+    # A failed write may have put a row in Kafka that then waits, or is parked with its
+    # key (a later produce batch of J's partition can pass while the refused one fails).
+    sent = {r.outbox_id for r in got}
+    assert published <= sent <= published | waiting | parked, "published: in Kafka"
+    assert set(outcomes) | waiting == set(ids) and not set(outcomes) & waiting, \
+        "every id accounted for once"
+    if refuses and policy == "block":
+        assert sorted(waiting) == ids[3:], "the topic waits at J's refused row"
+    elif refuses:
+        assert parked == {ids[3], ids[6]}, "J's refused row parked, J's later row with it"
+    else:
+        assert not waiting and not parked, "drained once node 2 is back"
 
 
 def test_compaction_supersedes_only_within_the_same_partitioning_bytes(
