@@ -112,7 +112,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from relay import cli_ops
+    from relay.cli import ops
     from relay.observe import cli as observe_cli
     from relay.stack import cli as stack_cli
 
@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--install", action="store_true", help="write them into Spark's spark-defaults.conf"
     )
     jars.set_defaults(fn=_cmd_jars)
-    cli_ops.register(sub)
+    ops.register(sub)
     observe_cli.register(sub)
     run = sub.add_parser("run", help="run the relay (same as jobs/relay.py)")
     # The relay's own options, named here: a REMAINDER argument took no option as its
