@@ -1,5 +1,7 @@
 """The drain lane on the real stack: a topic with a backlog drains in rounds of its own
-while the busy topics' rounds go on beside them, every key shape in order.
+while the busy topics' rounds go on beside them, every key shape in order. Its faults
+(a lock lost mid-round, a connection dropped after a round, a stop during its write)
+are in test_drain_lane_faults.py.
 
 What the lanes did is read from PostgreSQL while the relay runs (which token holds
 which topic's lock), and what arrived from a consumer.
