@@ -71,7 +71,7 @@ def _seed(db: Database, messages: int) -> int:
 
 def _print_status(config: Config, config_path: str) -> None:
     """`outbox-relay status` after the drain, in this process (no JVM)."""
-    from relay.observe.cli import print_status
+    from relay.cli.observe import print_status
 
     # The relay ran in REPO, so a relative ledger path is under it, wherever this runs.
     ledger = config.ledger.path

@@ -112,8 +112,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from relay.cli import ops
-    from relay.observe import cli as observe_cli
+    from relay.cli import observe, ops
     from relay.stack import cli as stack_cli
 
     p = argparse.ArgumentParser(prog="outbox-relay")
@@ -135,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     jars.set_defaults(fn=_cmd_jars)
     ops.register(sub)
-    observe_cli.register(sub)
+    observe.register(sub)
     run = sub.add_parser("run", help="run the relay (same as jobs/relay.py)")
     # The relay's own options, named here: a REMAINDER argument took no option as its
     # first word, so `outbox-relay run --available-now` was refused.
