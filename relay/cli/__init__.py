@@ -112,8 +112,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from relay.cli import observe, ops
-    from relay.stack import cli as stack_cli
+    from relay.cli import observe, ops, stack
 
     p = argparse.ArgumentParser(prog="outbox-relay")
     p.add_argument(
@@ -122,8 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML profile (default: RELAY_CONFIG, else built-in defaults)",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    stack_cli.register(sub)
-    sub.choices["stack"].set_defaults(fn=stack_cli.run)
+    stack.register(sub)
+    sub.choices["stack"].set_defaults(fn=stack.run)
     sub.add_parser("migrate", help="apply the schema (idempotent)").set_defaults(fn=_cmd_migrate)
     sub.add_parser("packages", help="print the Spark packages").set_defaults(fn=_cmd_packages)
     jars = sub.add_parser(
