@@ -9,8 +9,8 @@ from relay import stack
 from relay.exit_codes import ExitCode
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
         "stack",
         help="run the local PostgreSQL and Kafka stack",
         description="Start, stop or locate the local PostgreSQL + Kafka stack.",
@@ -20,9 +20,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     commands.add_parser("up", help="start the stack (if needed) and print its export lines")
     commands.add_parser("down", help="stop the services the stack started")
     commands.add_parser("env", help="print the export lines of the running stack")
+    parser.set_defaults(fn=_stack)
 
 
-def run(args: argparse.Namespace) -> int:
+def _stack(args: argparse.Namespace) -> int:
     try:
         if args.stack_command == "up":
             if stack.status() is None:
