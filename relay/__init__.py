@@ -5,7 +5,7 @@ An application writes the outbox with `relay.publish` and `relay.publish_many`
 Spark, no Kafka client, no database driver.
 """
 
-from relay.publish_checks import Message
+from relay.outbox.checks import Message
 from relay.publisher import publish, publish_many
 
 __all__ = ["Message", "publish", "publish_many"]

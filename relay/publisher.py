@@ -22,7 +22,7 @@ from relay.errors import (
     NoTransactionError,
     PublishError,
 )
-from relay.publish_checks import Message, OutboxRow, limits, outbox_row
+from relay.outbox.checks import Message, OutboxRow, limits, outbox_row
 
 # One statement per page. unnest keeps the statement text fixed whatever the page's size,
 # the same for every driver; ORDER BY n inserts (and so numbers and returns) the rows in

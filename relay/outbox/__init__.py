@@ -1,0 +1,4 @@
+"""The application's side of the outbox: `relay.publish` and `relay.publish_many` write
+rows of kafka_messages in the caller's own transaction (publisher), after the relay's own
+checks (checks). Named `outbox`, not `publish`, so that it does not shadow the function
+`relay.publish`. Like `relay` itself, it loads no Spark, Kafka client or database driver."""
