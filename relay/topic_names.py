@@ -1,7 +1,7 @@
 """Kafka's rule for a legal topic name, without a Kafka client.
 
 The relay's driver (relay.control.kafka_admin) and the application-side publisher
-(relay.publisher) both refuse names Kafka would refuse; the publisher must not import a
+(relay.outbox.publisher) both refuse names Kafka would refuse; the publisher must not import a
 Kafka client, so the rule lives here, with nothing to import.
 """
 

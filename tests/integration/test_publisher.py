@@ -25,7 +25,7 @@ from relay.errors import (
     InvalidMessageError,
     NoTransactionError,
 )
-from relay.publisher import PAGE_ROWS
+from relay.outbox.publisher import PAGE_ROWS
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner

@@ -13,8 +13,8 @@ from relay.config import KafkaConfig, RelaySettings
 from relay.control import kafka_admin
 from relay.control.record_size import KAFKA_DEFAULT_MAX_MESSAGE_BYTES, payload_allowance
 from relay.errors import InvalidMessageError, PublishError, RelayError
-from relay.publish_checks import Limits, Message, limits, outbox_row
-from relay.publisher import PAGE_BYTES, PAGE_ROWS, _pages
+from relay.outbox.checks import Limits, Message, limits, outbox_row
+from relay.outbox.publisher import PAGE_BYTES, PAGE_ROWS, _pages
 from relay.topic_names import topic_name_problem
 
 
@@ -23,8 +23,8 @@ def test_importing_the_publisher_loads_no_spark_kafka_client_or_driver() -> None
         import sys
         import relay
         from relay import Message, publish, publish_many
-        import relay.publisher
-        relay.publish_checks.limits()  # the relay's defaults, read from its config models
+        import relay.outbox.publisher
+        relay.outbox.checks.limits()  # the relay's defaults, read from its config models
         heavy = ("pyspark", "py4j", "confluent_kafka", "psycopg2", "psycopg", "sqlalchemy",
                  "delta", "deltalake")
         print(sorted(m for m in sys.modules if m.split(".")[0] in heavy))
@@ -35,8 +35,8 @@ def test_importing_the_publisher_loads_no_spark_kafka_client_or_driver() -> None
 
 
 def test_relay_exports_the_publisher() -> None:
-    assert relay.publish.__module__ == "relay.publisher"
-    assert relay.publish_many.__module__ == "relay.publisher"
+    assert relay.publish.__module__ == "relay.outbox.publisher"
+    assert relay.publish_many.__module__ == "relay.outbox.publisher"
     assert relay.Message is Message
 
 
