@@ -8,8 +8,9 @@ A fault switch (`armed`) makes the relay see the world as a race would show it:
 - ``stale_topic_config`` (switch): topic configs read before the topic turned compacted,
   so only the broker refuses a keyless record there.
 
-A hold point (`hold`) reached while set logs one line and waits until the file named by
-RELAY_FAILPOINT_RELEASE exists, so a test can act while the relay is at that point:
+A hold point (`hold`) reached while set and while the file named by RELAY_FAILPOINT_HOLD
+exists logs one line and waits until that file is gone, so a test can act while the relay
+is at that point:
 
 - ``ledger_copy_held`` (hold): a ledger copy batch is tagged, about to be written to Delta.
 """
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 ENV = "RELAY_FAILPOINTS"
-RELEASE_ENV = "RELAY_FAILPOINT_RELEASE"
+HOLD_ENV = "RELAY_FAILPOINT_HOLD"
 _HOLD_POLL_S = 0.05
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,10 @@ def hit(name: str) -> None:
 
 
 def hold(name: str) -> None:
-    if armed(name):
-        release = Path(os.environ[RELEASE_ENV])
-        log.warning("failpoint %s: held until %s exists", name, release)
-        while not release.exists():
-            time.sleep(_HOLD_POLL_S)
+    if not armed(name):
+        return
+    held = Path(os.environ[HOLD_ENV])
+    if held.exists():
+        log.warning("failpoint %s: held while %s exists", name, held)
+    while held.exists():
+        time.sleep(_HOLD_POLL_S)

@@ -18,9 +18,10 @@ _DEFER_POLL_S = 1.0
 # backlog that never ends, staging would otherwise grow and Delta lag without bound.
 _MAX_DEFER_INTERVALS = 5
 # How long a stop waits for the copy in flight before it cancels the copy's Spark jobs
-# (a cancelled write is logged by Spark as an error). The first copy in a JVM loads Delta:
-# 16 s on a quiet machine, 21 s on two busy cores (the stop's integration test).
-_STOP_WAIT_S = 30.0
+# (Spark logs a cancelled write as an error). A copy after the JVM's first took 4-8 s
+# (12 s under a load of 12 on two cores); the batch in flight and this wait must fit a
+# supervisor's grace (Kubernetes: 30 s).
+_STOP_WAIT_S = 20.0
 _CANCEL_WAIT_S = 5.0
 
 

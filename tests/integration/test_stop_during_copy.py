@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 from pathlib import Path
 
 import psycopg2
@@ -28,35 +29,46 @@ WHERE datname = current_database() AND wait_event_type = 'Lock'
 LEFT_STAGED = re.compile(r"ledger: (\d+) staged records? \((\d+) messages?\) stay")
 
 
+def _outbox(url: str, topic: str, n: int) -> None:
+    """Keys of every shape: NULL, text, binary; partition_key NULL or set."""
+    keys = [None, b"k", b"\x00\xff"]
+    insert(url, [[Msg(topic, keys[i % 3], f"v{i}".encode(),
+                      partition_key=None if i % 2 else f"p{i % 7}")
+                  for i in range(j, j + 100)] for j in range(0, n, 100)])
+
+
 def test_a_sigterm_during_a_ledger_copy_stops_cleanly(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, tmp_path: Path
 ) -> None:
     topic = unique("copy-stop")
     create_topics(stack.kafka_bootstrap, {topic: 2})
-    keys = [None, b"k", b"\x00\xff"]
-    insert(migrated_url, [[Msg(topic, keys[i % 3], f"v{i}".encode(),
-                               partition_key=None if i % 2 else f"p{i % 7}")
-                           for i in range(j, j + 100)] for j in range(0, ROWS, 100)])
+    _outbox(migrated_url, topic, ROWS)
     config = make_config([topic])
     log = tmp_path / "relay.log"
-    release = tmp_path / "release-copy"
+    held = tmp_path / "hold-copy"
     text = lambda: log.read_text(errors="replace")  # noqa: E731
     proc = spark_submit(write_profile(config, tmp_path / "relay.toml"), log=log,
                         env={"RELAY_FAILPOINTS": "ledger_copy_held",
-                             "RELAY_FAILPOINT_RELEASE": str(release)})
+                             "RELAY_FAILPOINT_HOLD": str(held)})
     holder = psycopg2.connect(migrated_url)
     try:
-        # The first copy is tagged and held before its write.
-        assert wait_for(lambda: "failpoint ledger_copy_held" in text(), 300, 0.1), text()[-3000:]
+        # The first copy (it loads Delta into the JVM) goes through; the next is held
+        # before its write.
+        assert wait_for(lambda: "copy batch 1 is in Delta" in text(), 300, 0.1), text()[-3000:]
+        held.touch()
+        _outbox(migrated_url, topic, ROWS)
+        assert wait_for(lambda: "failpoint ledger_copy_held" in text(), 120, 0.1), text()[-3000:]
         # Its Spark job's read of staging now waits for this lock: a job in flight.
         holder.cursor().execute("LOCK TABLE relay_ledger_staging IN ACCESS EXCLUSIVE MODE")
-        release.touch()
+        held.unlink()
         assert wait_for(lambda: query(migrated_url, COPY_READ_WAITING)[0][0] > 0, 120, 0.1), \
             text()[-3000:]
         proc.send_signal(signal.SIGTERM)  # the pid a supervisor signals
+        signalled = time.monotonic()
         assert wait_for(lambda: "stop requested" in text(), 60, 0.1), text()[-3000:]
         holder.rollback()  # the copy may go on now, while the relay stops
         code = proc.wait(timeout=180)
+        print(f"exit {code} {time.monotonic() - signalled:.1f} s after the signal")
     finally:
         holder.close()
         kill_group(proc)
