@@ -154,7 +154,7 @@ class TopicRule(_Model):
 
 
 # Both travel in every record's reserved headers, which the size check must count: capped,
-# so that a record the check lets through always fits (relay.control.record_size).
+# so that a record the check lets through always fits (relay.rules.record_size).
 MAX_SOURCE_NAME_BYTES = 200
 MAX_HEADER_PREFIX_BYTES = 64
 

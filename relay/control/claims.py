@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from relay.control.db import Database
 from relay.control.locks import HELD, held_by
-from relay.partitioners import Partitioner
+from relay.rules.partitioners import Partitioner
 
 
 def live_session(s: str) -> str:

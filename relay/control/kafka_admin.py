@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from relay.config import KafkaConfig
 from relay.errors import UnreachableError
-from relay.topic_names import topic_name_problem as topic_name_problem  # re-exported
+from relay.rules.topic_names import topic_name_problem as topic_name_problem  # re-exported
 
 log = logging.getLogger(__name__)
 _client_log = logging.getLogger("relay.librdkafka")

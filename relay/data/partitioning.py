@@ -9,7 +9,7 @@ Rows with equal bytes are one key for ordering, whichever column the bytes came 
 - ``crc32``: librdkafka's ``consistent`` partitioner, which Deimos uses for
   ``partition_key``: ``crc32(key) % partitions``.
 
-Each comes twice: a pure-Python reference (relay/partitioners.py, no Spark) and a Spark
+Each comes twice: a pure-Python reference (relay/rules/partitioners.py, no Spark) and a Spark
 Column expression that runs on the executors without a Python worker. The expression
 keeps every intermediate value of the 32-bit arithmetic in [0, 2**32) as a bigint: a
 product of such a value and the 31-bit constant stays below 2**63, so Spark's ANSI
@@ -24,10 +24,10 @@ from collections.abc import Callable
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from relay.partitioners import MASK as _MASK
-from relay.partitioners import SEED as _SEED
-from relay.partitioners import M as _M
-from relay.partitioners import Partitioner, murmur2, partition_for, partitioning_key
+from relay.rules.partitioners import MASK as _MASK
+from relay.rules.partitioners import SEED as _SEED
+from relay.rules.partitioners import M as _M
+from relay.rules.partitioners import Partitioner, murmur2, partition_for, partitioning_key
 
 # The pure-Python half, re-exported: importers of this module keep working.
 __all__ = ["Partitioner", "murmur2", "partition_col", "partition_for", "partitioning_key",

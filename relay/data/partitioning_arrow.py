@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql.pandas.functions import arrow_udf
 
-from relay.partitioners import SEED, M
+from relay.rules.partitioners import SEED, M
 
 _M = np.uint32(M)
 

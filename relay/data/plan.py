@@ -21,7 +21,7 @@ from relay.data.read import read_current_batch
 from relay.data.records import in_key_order, to_kafka_records
 from relay.data.transform import RowCounter, checked_records, load_transform, transform_input
 from relay.errors import ConfigError
-from relay.stream.policy import rule_for
+from relay.rules.topic_rules import rule_for
 
 IdRange = tuple[int, int]
 

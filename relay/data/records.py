@@ -8,7 +8,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from relay.data.partitioning import Partitioner, partition_col, partitioning_key_col
-from relay.headers import HEADER_CREATED_AT, HEADER_ID, HEADER_SOURCE
+from relay.rules.headers import HEADER_CREATED_AT, HEADER_ID, HEADER_SOURCE
 
 KAFKA_RECORD_COLUMNS = ("topic", "key", "value", "headers", "partition")
 # What the records are made from: the read's columns (relay/schemas/0014) but key_hash.
@@ -36,7 +36,7 @@ def _iso_utc(created_at: Column) -> Column:
 
 def reserved_headers(source_name: str, prefix: str, outbox_id: Column,
                      created_at: Column) -> Column:
-    """The reserved headers (relay.headers) of a record: built by the relay, never by a
+    """The reserved headers (relay.rules.headers) of a record: built by the relay, never by a
     transform, so a consumer can trust them."""
     return F.array(
         _header(prefix + HEADER_ID, outbox_id.cast("string")),

@@ -6,7 +6,7 @@ from typing import Any, cast
 
 from relay.control.db import Database
 from relay.errors import LockLostError
-from relay.partitioners import Partitioner, partition_for
+from relay.rules.partitioners import Partitioner, partition_for
 
 # The copy sequence belongs to the database, so the Delta txnAppId is the database's
 # identity: the cluster's system identifier and the database's oid (stable across a

@@ -1,7 +1,7 @@
 """What the relay would refuse in a message, checked before an application writes it.
 
-Each rule is the relay's own: the topic name (relay.topic_names), the reserved header prefix
-and the size allowance (relay.control.record_size) with the relay's defaults
+Each rule is the relay's own: the topic name (relay.rules.topic_names), the reserved header prefix
+and the size allowance (relay.rules.record_size) with the relay's defaults
 (relay.config), and the header rules and size measure of the SQL function
 relay_message_problem (schemas 0007, 0009), which Python mirrors here. The mirror is
 pinned to the SQL by a test against the real PostgreSQL
@@ -16,9 +16,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from relay.control.record_size import KAFKA_DEFAULT_MAX_MESSAGE_BYTES, payload_allowance
 from relay.errors import InvalidMessageError, PublishError
-from relay.topic_names import topic_name_problem
+from relay.rules.record_size import KAFKA_DEFAULT_MAX_MESSAGE_BYTES, payload_allowance
+from relay.rules.topic_names import topic_name_problem
 
 
 @dataclass(frozen=True)

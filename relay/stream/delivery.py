@@ -19,9 +19,9 @@ from relay.control.claims import Claim
 from relay.data.plan import IdRange, RecordPlan
 from relay.data.sink import write_records
 from relay.errors import UnreachableError
+from relay.rules.topic_rules import rule_for
 from relay.stream.failures import OUTAGE_PREFIX, describe_failure, failure_kind, read_failed
 from relay.stream.isolate import isolate
-from relay.stream.policy import rule_for
 from relay.stream.topic_bisect import bisect_topics, named_topics
 from relay.wiring import Relay
 

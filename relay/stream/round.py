@@ -16,9 +16,9 @@ from typing import Any
 from relay import failpoints
 from relay.control.claims import Claim, TopicLimits
 from relay.control.finish import finish
+from relay.rules.topic_rules import rule_for
 from relay.stream.delivery import Delivery
 from relay.stream.heartbeat import Heartbeat
-from relay.stream.policy import rule_for
 from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal
 from relay.stream.topic_check import TopicCheck

@@ -8,10 +8,10 @@ import logging
 from relay import failpoints
 from relay.control.claims import TopicLimits
 from relay.control.kafka_admin import TopicInfo, TopicUnavailable, topic_name_problem
-from relay.control.record_size import payload_allowance
 from relay.control.topic_meta import TopicMeta
+from relay.rules.record_size import payload_allowance
+from relay.rules.topic_rules import rule_for
 from relay.stream.failures import OUTAGE_PREFIX, describe_failure
-from relay.stream.policy import rule_for
 from relay.wiring import Relay
 
 log = logging.getLogger(__name__)

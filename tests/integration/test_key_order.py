@@ -21,7 +21,7 @@ from relay.control.db import Database
 from relay.data.partitioning import partitioning_key_col
 from relay.data.read import read_current_batch
 from relay.ledger.delta import Ledger
-from relay.partitioners import partition_for
+from relay.rules.partitioners import partition_for
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner

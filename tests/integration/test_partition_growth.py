@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from relay.control.db import Database
 from relay.ledger import staging
-from relay.partitioners import partition_for
+from relay.rules.partitioners import partition_for
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner

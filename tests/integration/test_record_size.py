@@ -14,7 +14,7 @@ import random
 import pytest
 
 from relay.config import MAX_HEADER_PREFIX_BYTES, MAX_SOURCE_NAME_BYTES
-from relay.control.record_size import payload_allowance
+from relay.rules.record_size import payload_allowance
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_LEFT_OVER
 from tests.integration.conftest import ConfigFactory, RelayRunner

@@ -6,7 +6,7 @@ import pytest
 
 from relay.control.skipping import actor
 from relay.ledger.staging import kafka_partition
-from relay.partitioners import partition_for
+from relay.rules.partitioners import partition_for
 
 
 def test_the_actor_is_the_user_at_the_host() -> None:

@@ -11,11 +11,11 @@ import pytest
 import relay
 from relay.config import KafkaConfig, RelaySettings
 from relay.control import kafka_admin
-from relay.control.record_size import KAFKA_DEFAULT_MAX_MESSAGE_BYTES, payload_allowance
 from relay.errors import InvalidMessageError, PublishError, RelayError
 from relay.outbox.checks import Limits, Message, limits, outbox_row
 from relay.outbox.publisher import PAGE_BYTES, PAGE_ROWS, _pages
-from relay.topic_names import topic_name_problem
+from relay.rules.record_size import KAFKA_DEFAULT_MAX_MESSAGE_BYTES, payload_allowance
+from relay.rules.topic_names import topic_name_problem
 
 
 def test_importing_the_publisher_loads_no_spark_kafka_client_or_driver() -> None:

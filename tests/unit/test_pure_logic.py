@@ -6,8 +6,8 @@ from relay.config import TopicRule
 from relay.control.kafka_admin import TopicConfig, _topic_config, topic_name_problem
 from relay.control.migrate import discover
 from relay.control.pending import TopicFilter
+from relay.rules.topic_rules import rule_for
 from relay.stream.failures import describe_failure, read_failed
-from relay.stream.policy import rule_for
 from relay.stream.runner import EXIT_INTERRUPTED, EXIT_LEFT_OVER, EXIT_OK, _exit_code
 
 

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from relay.config_load import build_config
-from relay.control.record_size import (
+from relay.errors import ConfigError
+from relay.rules.record_size import (
     BATCH_HEADER,
     compressed_bound,
     payload_allowance,
@@ -17,7 +18,6 @@ from relay.control.record_size import (
     reserved_header_bytes,
     varint_size,
 )
-from relay.errors import ConfigError
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 

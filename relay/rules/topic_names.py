@@ -3,6 +3,10 @@
 The relay's driver (relay.control.kafka_admin) and the application-side publisher
 (relay.outbox.publisher) both refuse names Kafka would refuse; the publisher must not import a
 Kafka client, so the rule lives here, with nothing to import.
+
+SQL twin: none; the database takes any topic a row names, and the driver refuses an illegal
+one before it asks Kafka (relay.control.kafka_admin). tests/integration/test_rules_contract.py
+shows the database keeps such a row unsent while the rule names it illegal.
 """
 
 from __future__ import annotations

@@ -15,13 +15,17 @@ User headers are counted as their JSON text, never shorter than their Kafka fram
 header costs at least six JSON characters of quotes, colon and separator, against at most
 six bytes of varints below 2 MB). The reserved headers are counted exactly, with the
 longest id and timestamp they can hold.
+
+SQL twin: ``relay_message_problem`` and the claim's pre-filter compare the payload with the
+allowance computed here; tests/integration/test_record_size.py and test_rules_contract.py
+pin the two together at the boundary.
 """
 
 from __future__ import annotations
 
 import functools
 
-from relay.headers import CREATED_AT_CHARS, HEADER_CREATED_AT, HEADER_ID, HEADER_SOURCE
+from relay.rules.headers import CREATED_AT_CHARS, HEADER_CREATED_AT, HEADER_ID, HEADER_SOURCE
 
 BATCH_HEADER = 61  # RECORD_BATCH_OVERHEAD
 RECORD_OVERHEAD = 21  # MAX_RECORD_OVERHEAD: length, attributes, timestamp and offset deltas

@@ -5,6 +5,10 @@ key as a column, are in relay/data/partitioning.py; a test pins the two to each 
 and both to the real clients. This half imports nothing heavy, so the commands that
 only look (`ledger show`, `status`) can compute a staged record's partition without
 loading pyspark.
+
+SQL twin of the partitioning key: ``relay_partitioning_key``
+(relay/schemas/0009_partitioning_key.sql); tests/integration/test_key_order.py and
+test_rules_contract.py pin the two together.
 """
 
 from __future__ import annotations
