@@ -19,9 +19,9 @@ _DEFER_POLL_S = 1.0
 _MAX_DEFER_INTERVALS = 5
 # How long a stop waits for the copy in flight before it cancels the copy's Spark jobs
 # (Spark logs a cancelled write as an error). A copy after the JVM's first took 4-8 s
-# (12 s under a load of 12 on two cores); the batch in flight and this wait must fit a
-# supervisor's grace (Kubernetes: 30 s).
-_STOP_WAIT_S = 20.0
+# (12 s under a load of 12 on two cores). The batch in flight and this wait must fit a
+# supervisor's grace (Kubernetes: 30 s): with 20 s, a stop under that load took 25 s.
+_STOP_WAIT_S = 15.0
 _CANCEL_WAIT_S = 5.0
 
 
