@@ -75,7 +75,7 @@ def run_variant(url: str, backlog: Backlog, limit: int, claim_sql: str, finish_s
     claim_params = {"topics": topics, "max_bytes": [1_048_576 - 512] * len(topics),
                     "key_required": [False] * len(topics), "compact": [False] * len(topics),
                     "token": TOKEN, "lock_timeout_s": 60, "prefix": PREFIX, "limit": limit,
-                    "batch_bytes": 256 * 1024 * 1024}
+                    "batch_bytes": 256 * 1024 * 1024, "source": "bench"}
     try:
         with conn.cursor() as cur:
             for _ in range(max_rounds):
