@@ -18,13 +18,13 @@ from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import require_current
 from relay.errors import ConfigError, RelayError, exit_code_for, exit_code_of
 from relay.exit_codes import ExitCode
-from relay.observe.logs import LOG_FORMATS, configure_logging
-from relay.spark_jars import (
+from relay.launch.spark_jars import (
     cached_jars,
     has_relay_jars,
     install_spark_defaults,
     own_spark_conf_dir,
 )
+from relay.observe.logs import LOG_FORMATS, configure_logging
 from relay.stream.runner import RunResult
 from relay.stream.stop import StopSignal
 
@@ -81,7 +81,7 @@ def resubmit_with_jars_if_needed(config: Config, stop: StopSignal,
     the venv's own, and run this once more as a spark-submit that has them. Returns that
     run's exit code; None when nothing was missing. A stop that came before that run
     started ends it unstarted, as the relay's own run would end (relay.exit_codes)."""
-    from relay.spark import submitted_master
+    from relay.launch.spark import submitted_master
 
     if not config.spark.resolve_packages or submitted_master() is None:
         return None
@@ -96,7 +96,7 @@ def resubmit_with_jars_if_needed(config: Config, stop: StopSignal,
         hint = f"installed into {install_spark_defaults()} for later starts"
     log.warning("spark-submit started without the relay's jars: running it once more with "
                 "them (%s)", hint)
-    from relay.launcher import Launcher, resubmit_argv
+    from relay.launch.launcher import Launcher, resubmit_argv
 
     with tempfile.TemporaryDirectory(prefix="outbox-relay-") as tmp:
         argv = resubmit_argv(conf.getAll(), jars, Path(tmp) / "spark.properties")
@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress = _progress_stream(args)
         if progress is not None:
             config = _without_spark_progress_bar(config)
-        from relay.spark import build_session
+        from relay.launch.spark import build_session
         from relay.stream.runner import run
         from relay.wiring import build_relay
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import relay.stack
-from relay.spark_jars import install_spark_defaults, own_spark_conf_dir
+from relay.launch.spark_jars import install_spark_defaults, own_spark_conf_dir
 from relay.stack import StackInfo
 
 pytest_plugins = ["tests.spark_session"]
@@ -26,7 +26,7 @@ collect_ignore = ["airflow"]
 @pytest.fixture(scope="session")
 def spark_defaults() -> None:
     """spark-submit finds the relay's jars in spark-defaults.conf, as `make setup` leaves
-    them (relay.spark_jars); a Spark that is not the venv's own is left alone."""
+    them (relay.launch.spark_jars); a Spark that is not the venv's own is left alone."""
     if own_spark_conf_dir():
         install_spark_defaults()
 

@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from relay.config_load import build_config
-from relay.spark import build_session
+from relay.launch.spark import build_session
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.backlog import Backlog, payload_pool
-from relay import ivy, packages
 from relay.config import KafkaConfig
+from relay.launch import ivy, packages
 from relay.stack.jars import kafka_jars_dir
 
 TOOLS = f"org.apache.kafka:kafka-tools:{packages.KAFKA_BROKER_VERSION}"

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench.probes import explain
 
         explain.install()
-    from relay.spark import build_session
+    from relay.launch.spark import build_session
     from relay.stream import runner
     from relay.stream.stop import StopSignal
     from relay.wiring import build_relay

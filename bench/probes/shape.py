@@ -34,7 +34,7 @@ from relay.control.migrate import migrate  # noqa: E402
 from relay.control.topic_meta import TopicMeta  # noqa: E402
 from relay.data.plan import RecordPlan  # noqa: E402
 from relay.data.sink import write_records  # noqa: E402
-from relay.spark import build_session  # noqa: E402
+from relay.launch.spark import build_session  # noqa: E402
 
 TOKEN = "bench-shape"
 # One session per topic holding all its ids: what a claim without limits would record.

@@ -12,8 +12,8 @@ def _ledger(args: argparse.Namespace) -> int:
     if args.ledger_cmd == "show":
         return _show(args)
     from relay.control.db import Database
+    from relay.launch.spark import build_session
     from relay.ledger.delta import Ledger
-    from relay.spark import build_session
 
     config = load_config(args.config)
     ledger = Ledger(build_session(config), config, Database(config.postgres, "outbox-relay-cli"))

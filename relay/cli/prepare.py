@@ -22,14 +22,14 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _packages(args: argparse.Namespace) -> int:
-    from relay.packages import spark_packages_conf
+    from relay.launch.packages import spark_packages_conf
 
     print(spark_packages_conf())
     return ExitCode.OK
 
 
 def _jars(args: argparse.Namespace) -> int:
-    from relay.spark_jars import cached_jars, install_spark_defaults
+    from relay.launch.spark_jars import cached_jars, install_spark_defaults
 
     if args.install:
         print(f"spark.jars written to {install_spark_defaults()}")

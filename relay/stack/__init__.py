@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from relay.cache import file_lock
+from relay.launch.cache import file_lock
 from relay.stack import kafka, postgres
 from relay.stack.paths import StackPaths
 from relay.stack.proc import StackError, pick_free_ports, port_is_free, wait_for

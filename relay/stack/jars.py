@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from relay import ivy, packages
-from relay.cache import cache_dir
+from relay.launch import ivy, packages
+from relay.launch.cache import cache_dir
 from relay.stack.proc import StackError
 
 _RETRIEVE_PATTERN = "[artifact]-[revision](-[classifier]).[ext]"

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from relay.ivy import java_executable
+from relay.launch.ivy import java_executable
 from relay.stack.jars import kafka_jars_dir
 from relay.stack.paths import StackPaths
 from relay.stack.proc import (

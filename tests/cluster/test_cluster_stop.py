@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
 MESSAGES = 4_000
 # The batch in flight finishes, then Spark's own stop waits up to
-# spark.sql.streaming.stopTimeout (60 s, relay/spark.py) for its bookkeeping.
+# spark.sql.streaming.stopTimeout (60 s, relay/launch/spark.py) for its bookkeeping.
 GRACE_S = 90.0
 # A stop that waited out stopTimeout was stuck (a batch body blocked on the runner that
 # was stopping the query, fixed in relay/stream/stop.py): well under it, with room for

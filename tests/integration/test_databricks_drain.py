@@ -6,7 +6,7 @@ spark_env_vars become the environment (its `{{secrets/...}}` cannot resolve here
 local stack needs none). The tasks' python_file and parameters run, migrate first, with
 a real spark-submit; `${workspace.file_path}` names a stand-in for the synced files whose
 conf/databricks.toml is the bundle's profile adapted to the local stack (no TLS, no SASL,
-local ledger and checkpoint). The jars come from the local cache (relay.spark_jars, what
+local ledger and checkpoint). The jars come from the local cache (relay.launch.spark_jars, what
 `outbox-relay jars` prints) as `--jars`, as a cluster's libraries do: the bundle's Maven
 libraries, and what a Databricks Runtime ships itself (the Kafka connector, Delta), which
 a local Spark lacks. An independent consumer then reads back every seeded message.
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from relay.exit_codes import ExitCode
-from relay.spark_jars import cached_jars
+from relay.launch.spark_jars import cached_jars
 from relay.stack import StackInfo
 from tests.bundle import PROFILE, load_bundle, maven_coordinates, task_parameters
 from tests.integration.helpers import (

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from relay.config_load import build_config
-from relay.spark import base_conf
+from relay.launch.spark import base_conf
 
 pytestmark = pytest.mark.spark
 

@@ -18,8 +18,8 @@ from databricks.bundles.jobs import Job
 from relay.app import parser
 from relay.cli import build_parser
 from relay.config_load import PASSWORD_ENV, load_config
-from relay.packages import SPARK_PACKAGES
-from relay.spark import REDACTION_REGEX
+from relay.launch.packages import SPARK_PACKAGES
+from relay.launch.spark import REDACTION_REGEX
 from tests.bundle import JOBS, PROFILE, REPO, load_bundle, maven_coordinates, task_parameters
 
 SECRET_REF = re.compile(r"^\{\{secrets/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+\}\}$")
@@ -201,7 +201,7 @@ def test_the_cluster_maps_the_addresses_the_profile_leaves_as_examples(job_key: 
         assert env["RELAY_KAFKA_BOOTSTRAP_SERVERS"]
 
 
-# Of relay/packages.py, what a Databricks Runtime ships itself: its Kafka connector and
+# Of relay/launch/packages.py, what a Databricks Runtime ships itself: its Kafka connector and
 # Delta Lake (databricks.yml cites where that is documented).
 SHIPPED_BY_THE_RUNTIME = {"spark-sql-kafka-0-10", "delta-spark"}
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from relay import launcher as launcher_module
 from relay.exit_codes import ExitCode
-from relay.launcher import Launcher
+from relay.launch import launcher as launcher_module
+from relay.launch.launcher import Launcher
 
 
 @dataclass

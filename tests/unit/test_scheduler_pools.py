@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from relay.config_load import build_config
+from relay.launch.spark import base_conf
 from relay.ledger.delta import LEDGER_POOL
-from relay.spark import base_conf
 from relay.stream.lanes import DRAIN_POOL
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from relay import cache
+from relay.launch import cache
 from relay.stack import StackInfo, kafka, paths, postgres, proc
 from relay.stack.jars import slf4j_binding, split_coordinate
 from relay.stack.paths import StackPaths

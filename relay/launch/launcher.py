@@ -2,7 +2,7 @@
 a second spark-submit that has them.
 
 spark-submit's JVM cannot load jars after it started. Normally `spark-defaults.conf`
-brings them (`outbox-relay jars --install`, see relay.spark_jars) and this never runs.
+brings them (`outbox-relay jars --install`, see relay.launch.spark_jars) and this never runs.
 When it does, the second spark-submit gets this one's whole configuration (its master,
 its --conf, its py-files) plus the jars, and the same application and arguments.
 Supervisors (Kubernetes, Docker, supervisord) signal only the pid they started, this

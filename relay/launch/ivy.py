@@ -14,8 +14,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from relay.cache import cache_dir, file_lock
 from relay.errors import RelayError
+from relay.launch.cache import cache_dir, file_lock
 
 IVY_TIMEOUT_S = 600.0
 MARKER = ".resolved"

@@ -1,4 +1,4 @@
-"""Builds the SparkSession the relay runs in; the JVM packages come from relay.spark_jars."""
+"""Builds the SparkSession the relay runs in; the JVM packages come from relay.launch.spark_jars."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from relay.config import Config
-from relay.spark_jars import cached_jars
+from relay.launch.spark_jars import cached_jars
 
 # Option and property keys whose values must never reach a log line or a plan.
 REDACTION_REGEX = r"(?i)secret|password|passwd|token|access[.]?key|jaas|credential"
@@ -65,7 +65,7 @@ def base_conf(config: Config) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         **STATUS_RETENTION,
     }
-    pools = Path(__file__).with_name("fairscheduler.xml")
+    pools = Path(__file__).parent.parent / "fairscheduler.xml"
     if pools.is_file():  # not when the relay is imported from a zip (--py-files)
         # A ledger copy must not hold the cores a round's write waits for.
         conf["spark.scheduler.mode"] = "FAIR"

@@ -1,7 +1,7 @@
 """The relay's Spark packages as jar files in the user's cache, given to Spark through
 its own configuration: `spark.jars`, in the builder or in `spark-defaults.conf`.
 
-They are resolved once, from Maven Central alone (relay.ivy), on set-up (`outbox-relay
+They are resolved once, from Maven Central alone (relay.launch.ivy), on set-up (`outbox-relay
 jars --install`, run by `make setup`) or on first use. Later starts read the cache: no
 resolver runs and nothing of it is printed, and `spark-submit jobs/relay.py` finds the
 jars in `spark-defaults.conf`, so its driver needs no relaunch.
@@ -15,9 +15,9 @@ import os
 import re
 from pathlib import Path
 
-from relay import ivy
-from relay.cache import cache_dir
-from relay.packages import SPARK_PACKAGES, SPARK_VERSION
+from relay.launch import ivy
+from relay.launch.cache import cache_dir
+from relay.launch.packages import SPARK_PACKAGES, SPARK_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def jars_dir() -> Path:
 
 
 def cached_jars() -> list[Path]:
-    """The jars of relay.packages and their dependencies, resolving them on first use.
+    """The jars of relay.launch.packages and their dependencies, resolving them on first use.
 
     Jars the Spark distribution already has (by artifact, whatever the version) are left
     out: Spark runs with the versions it was built with, and two of one library on a
