@@ -54,11 +54,11 @@ spec AS (
         AS s(topic, max_bytes, key_required, compact)
 ),
 candidate AS (
-    -- relay_message_problem only where it can find one (its own conditions): its probe
-    -- of the parked table per row was most of a large claim's time (bench/, EXPLAIN).
+    -- relay_message_problem only where it can find one (relay_message_may_fail, schema
+    -- 0015): its probe of the parked table per row was most of a large claim's time.
     SELECT s.topic, s.compact, c.id, c.key, c.partition_key, c.size,
-           CASE WHEN c.size > s.max_bytes OR c.headers IS NOT NULL OR s.any_parked
-                     OR (s.key_required AND c.key IS NULL)
+           CASE WHEN relay_message_may_fail(c.size, s.max_bytes, c.headers, c.key,
+                                            s.key_required, s.any_parked)
                 THEN relay_message_problem(c.id, s.topic, c.message, c.key, c.partition_key,
                                            c.headers, s.max_bytes, %(prefix)s, s.key_required)
            END AS problem
@@ -66,8 +66,7 @@ candidate AS (
     JOIN kafka_topic_info i ON i.topic = s.topic AND """ + HELD + """
     CROSS JOIN LATERAL (
         SELECT m.id, m.key, m.message, m.partition_key, m.headers,
-               coalesce(octet_length(m.message), 0) + coalesce(octet_length(m.key), 0)
-               + coalesce(octet_length(m.headers::text), 0) AS size
+               relay_message_size(m.message, m.key, m.headers) AS size
         FROM kafka_messages m
         WHERE m.topic = s.topic
         ORDER BY m.id

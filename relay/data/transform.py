@@ -40,6 +40,7 @@ from relay.data.records import (
     user_headers,
 )
 from relay.errors import ConfigError
+from relay.rules.headers import is_reserved
 
 Transform = Callable[[DataFrame], DataFrame]
 RELAY_COLUMN = "_relay"
@@ -123,7 +124,7 @@ def _row_problems(prefix: str) -> list[tuple[Column, Column]]:
     rel, row = F.col(RELAY_COLUMN), F.col("id").cast("string")
     here = F.col(_HERE)
     reserved = F.exists(F.coalesce(F.map_keys("headers"), F.array().cast("array<string>")),
-                        lambda k: k.startswith(prefix))
+                        lambda k: is_reserved(k, prefix))
     return [
         (rel.isNull(), F.lit("a row came back without its _relay column")),
         (rel.task != F.spark_partition_id(),

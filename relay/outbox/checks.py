@@ -3,7 +3,8 @@
 Each rule is the relay's own: the topic name (relay.rules.topic_names), the reserved header prefix
 and the size allowance (relay.rules.record_size) with the relay's defaults
 (relay.config), and the header rules and size measure of the SQL function
-relay_message_problem (schemas 0007, 0009), which Python mirrors here. The mirror is
+relay_message_problem (schemas 0007, 0009, 0015), which Python mirrors here with the size
+and reserved-name rules of relay.rules. The mirror is
 pinned to the SQL by a test against the real PostgreSQL
 (tests/integration/test_publisher_rules.py). Nothing here imports a driver, pydantic
 included only when a default is asked for.
@@ -17,7 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from relay.errors import InvalidMessageError, PublishError
-from relay.rules.record_size import KAFKA_DEFAULT_MAX_MESSAGE_BYTES, payload_allowance
+from relay.rules.headers import is_reserved
+from relay.rules.record_size import (
+    KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
+    payload_allowance,
+    payload_size,
+)
 from relay.rules.topic_names import topic_name_problem
 
 
@@ -44,10 +50,8 @@ class OutboxRow:
 
     @property
     def size(self) -> int:
-        """The relay's measure: octet_length(message) + octet_length(key) +
-        octet_length(headers::text), each NULL counting 0."""
-        return (len(self.message or b"") + len(self.key or b"")
-                + len((self.headers or "").encode()))
+        """The relay's measure of this row (relay.rules.record_size.payload_size)."""
+        return payload_size(self.message, self.key, self.headers)
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ def header_problem(headers: object, prefix: str) -> str | None:
             return f"header names must be str, not {type(name).__name__} ({name!r})"
         if (problem := _text_problem(f"header name {name!r}", name)) is not None:
             return problem
-        if name.startswith(prefix):
+        if is_reserved(name, prefix):
             return f"header name {name!r} uses the reserved prefix {prefix}"
     for name, value in headers.items():
         if not isinstance(value, str):

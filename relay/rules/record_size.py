@@ -36,6 +36,13 @@ ID_CHARS = 20  # a bigint in decimal, sign included
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 
+def payload_size(message: bytes | None, key: bytes | None, headers_json: str | None) -> int:
+    """The relay's measure of a row, which the allowance bounds: message + key + user
+    headers as the JSON text PostgreSQL prints, each NULL counting 0 (SQL twin:
+    ``relay_message_size``, relay/schemas/0015_one_message_check.sql)."""
+    return len(message or b"") + len(key or b"") + len((headers_json or "").encode())
+
+
 def varint_size(n: int) -> int:
     """Bytes of Kafka's zig-zag varint encoding of a non-negative int."""
     zigzag = n << 1
