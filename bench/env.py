@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 import relay.stack
 from relay.config import Config
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
 from relay.stack import StackInfo

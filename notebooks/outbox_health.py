@@ -24,7 +24,7 @@ import json
 import os
 from typing import Any
 
-from relay.config_load import PASSWORD_ENV, build_config, load_config
+from relay.config.load import PASSWORD_ENV, build_config, load_config
 from relay.control.db import Database
 from relay.control.migrate import require_current
 from relay.observe import health, plots, queries

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from relay.config import Config
-from relay.config_load import load_config
+from relay.config.load import load_config
 from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import require_current

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from relay.config import Config
-from relay.config_load import load_config
+from relay.config.load import load_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.launch.spark import build_session
 
 

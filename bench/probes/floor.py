@@ -23,7 +23,7 @@ from pathlib import Path
 # standard library's (pyspark imports cProfile).
 sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from relay.config_load import build_config  # noqa: E402
+from relay.config.load import build_config  # noqa: E402
 from relay.data.read import jdbc_options  # noqa: E402
 from relay.data.sink import producer_options  # noqa: E402
 

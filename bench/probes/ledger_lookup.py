@@ -31,7 +31,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 import relay.stack
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
 from relay.ledger import staging

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from relay.config_load import load_config
+from relay.config.load import load_config
 
 log = logging.getLogger("bench.probes.profile")
 

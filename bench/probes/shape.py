@@ -26,7 +26,7 @@ from pathlib import Path
 # standard library's (pyspark imports cProfile).
 sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from relay.config_load import load_config  # noqa: E402
+from relay.config.load import load_config  # noqa: E402
 from relay.control.db import Database  # noqa: E402
 from relay.control.kafka_admin import KafkaAdmin, TopicInfo  # noqa: E402
 from relay.control.locks import ENSURE_TOPICS  # noqa: E402

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.env import REPO, BenchEnv, connect
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.control.db import Database
 from relay.observe.status import take_snapshot
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from relay.config_load import load_config
+from relay.config.load import load_config
 from relay.exit_codes import ExitCode
 
 

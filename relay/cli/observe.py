@@ -10,12 +10,12 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from relay.config_load import load_config
+from relay.config import DEFAULT_TOP_TOPICS
+from relay.config.load import load_config
 from relay.control.db import Database
 from relay.control.migrate import require_current
 from relay.errors import RelayError
 from relay.exit_codes import ExitCode
-from relay.observe import DEFAULT_TOP_TOPICS
 from relay.observe.backlog import COUNT_BUDGET, EXACT_UP_TO
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from relay.config_load import load_config
+from relay.config.load import load_config
 from relay.control import parking, skipping
 from relay.control.db import Database
 from relay.control.locks import CLEAR_ERROR, FORCE_UNLOCK

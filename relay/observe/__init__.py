@@ -5,8 +5,7 @@ they import no pyspark and start no JVM. The runtime metrics, log format and pro
 line belong to a running relay.
 """
 
-# Per-topic metric series before the rest are folded into one series.
-DEFAULT_TOP_TOPICS = 100
-# The label of that series: parentheses are illegal in Kafka topic names, so no real
-# topic can collide with it. The runtime counters and the database-side gauges share it.
+# The label of the one series the topics beyond `metrics.max_label_topics` are summed
+# into: parentheses are illegal in Kafka topic names, so no real topic can collide with it.
+# The runtime counters and the database-side gauges share it.
 OTHER_TOPICS = "(other)"

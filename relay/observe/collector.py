@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from relay.config import DEFAULT_TOP_TOPICS
 from relay.control.db import Database
 from relay.errors import RelayError
-from relay.observe import DEFAULT_TOP_TOPICS, OTHER_TOPICS
+from relay.observe import OTHER_TOPICS
 from relay.observe.status import STATES, Snapshot, TopicStatus, take_snapshot
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from typing import TextIO
 
 from pyspark.sql.streaming.query import StreamingQuery
 
-from relay.config_load import to_json_without_secrets
+from relay.config.load import to_json_without_secrets
 from relay.control.pending import (
     TopicFilter,
     TopicState,

@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from relay.config_load import from_json_without_secrets
+from relay.config.load import from_json_without_secrets
 from relay.control.db import Database
 from relay.control.pending import SOURCE_APPLICATION, TopicFilter, max_id, pending_topics
 from relay.errors import RelayError

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from relay.config_load import PASSWORD_ENV, build_config
+from relay.config.load import PASSWORD_ENV, build_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
 from relay.stack import StackInfo

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.config import Config
-from relay.config_load import PASSWORD_ENV
+from relay.config.load import PASSWORD_ENV
 from relay.stack import StackInfo
 from tests.cluster.conftest import ClusterDb
 from tests.cluster.standalone import StandaloneCluster, Worker

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import psycopg2
 
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.control.db import Database
 from relay.control.migrate import migrate
 from tests.faults.infra import database_url, query, scalar, wait_until

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.config import Config
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.wiring import DRAIN_SUFFIX
 from tests.faults.infra import query, scalar, wait_until
 from tests.integration.process import write_profile

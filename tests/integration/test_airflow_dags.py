@@ -22,7 +22,7 @@ import psycopg2
 import pyspark
 import pytest
 
-from relay.config_load import ENV_OVERRIDES, build_config
+from relay.config.load import ENV_OVERRIDES, build_config
 from relay.control.db import Database
 from relay.control.migrate import SCHEMAS_DIR, migrate
 from relay.stack import StackInfo

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.control.db import Database
 from relay.exit_codes import ExitCode
 from relay.ledger.delta import Ledger

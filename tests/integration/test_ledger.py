@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from relay.config import Config
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.control.db import Database, Params
 from relay.control.migrate import migrate
 from relay.errors import DatabaseUnavailableError, RelayError

@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from relay.config import Config
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.control.db import Database
 from relay.control.migrate import SCHEMAS_DIR, migrate
 from relay.errors import DatabaseError

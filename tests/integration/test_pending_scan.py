@@ -11,7 +11,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.control.db import Database
 from relay.control.pending import PENDING_TOPICS, TopicFilter, pending_topics
 from tests.integration.helpers import query, unique

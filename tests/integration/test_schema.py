@@ -12,7 +12,7 @@ import psycopg2
 import pytest
 
 from relay.config import Config
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.control.db import Database
 from relay.control.migrate import discover, migrate
 from relay.stack import StackInfo

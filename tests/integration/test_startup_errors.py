@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.config_load import PASSWORD_ENV
+from relay.config.load import PASSWORD_ENV
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.control.db import Database
 from relay.exit_codes import ExitCode
 from relay.observe import OTHER_TOPICS

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.launch.spark import base_conf
 
 pytestmark = pytest.mark.spark

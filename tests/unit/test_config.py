@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.config_load import (
+from relay.config.load import (
     build_config,
     from_json_without_secrets,
     load_config,

@@ -17,7 +17,7 @@ from databricks.bundles.jobs import Job
 
 from relay.app import parser
 from relay.cli import build_parser
-from relay.config_load import PASSWORD_ENV, load_config
+from relay.config.load import PASSWORD_ENV, load_config
 from relay.launch.packages import SPARK_PACKAGES
 from relay.launch.spark import REDACTION_REGEX
 from tests.bundle import JOBS, PROFILE, REPO, load_bundle, maven_coordinates, task_parameters

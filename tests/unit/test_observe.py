@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from relay.config import MetricsConfig
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.errors import ConfigError
 from relay.observe.logs import JsonFormatter, configure_logging
 from relay.observe.progress import Progress, format_progress

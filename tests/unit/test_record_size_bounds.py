@@ -8,7 +8,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.errors import ConfigError
 from relay.rules.record_size import (
     BATCH_HEADER,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.launch.spark import base_conf
 from relay.ledger.delta import LEDGER_POOL
 from relay.stream.lanes import DRAIN_POOL

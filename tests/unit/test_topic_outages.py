@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.control.kafka_admin import topic_unavailable
 from relay.errors import ConfigError
 

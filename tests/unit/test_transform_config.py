@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from relay.app import check_transforms
-from relay.config_load import build_config
+from relay.config.load import build_config
 from relay.errors import ConfigError
 from relay.exit_codes import ExitCode
 

@@ -1,4 +1,4 @@
-"""Configuration: the pydantic models of a profile (loaded by relay.config_load).
+"""The pydantic models of a profile (loaded by relay.config.load).
 
 Secrets never live in the profile: the PostgreSQL password comes from
 RELAY_POSTGRES_PASSWORD (or the password part of RELAY_POSTGRES_URL), and Kafka
@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from relay.config_checks import (
+from relay.config.checks import (
     at_most_bytes,
     check_lock_timeouts,
     check_regex,
@@ -27,7 +27,10 @@ from relay.config_checks import (
     keep_delivery_guarantees,
     resolve_env_ref,
 )
-from relay.observe import DEFAULT_TOP_TOPICS
+
+# Per-topic metric series before the rest are folded into one series: the default of
+# `metrics.max_label_topics` and of `metrics serve --top-topics`.
+DEFAULT_TOP_TOPICS = 100
 
 
 class _Model(BaseModel):
