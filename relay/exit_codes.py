@@ -1,4 +1,4 @@
-"""Every exit code of the relay and of every command, in one table (the README prints it).
+"""Every exit code of the relay and of every command, in one table (docs/exit-codes.md prints it).
 
 Schedulers (Airflow, Kubernetes, supervisord) act on these numbers, so each outcome has
 a number of its own and a number never changes its meaning.
@@ -66,6 +66,6 @@ _MEANINGS: dict[ExitCode, str] = {
 
 
 def markdown_table() -> str:
-    """The README's table of exit codes."""
+    """The table of exit codes that docs/exit-codes.md prints."""
     rows = [f"| {int(c)} | `{c.name}` | {c.meaning} |" for c in ExitCode]
     return "\n".join(["| code | name | meaning |", "| --- | --- | --- |", *rows])

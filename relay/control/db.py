@@ -33,7 +33,7 @@ def connect(pg: PostgresConfig, application_name: str) -> psycopg2.extensions.co
     # the outbox nearly empty, the planner chose a bitmap scan and a sort instead, which
     # reads every index entry and heap page of the topic, dead ones included, on every
     # call: the pending-topics scan went from 0.3 ms to 171 ms a call in a 2,000 msg/s
-    # soak, every other minute (README, Performance).
+    # soak, every other minute (reports/performance-history.md, "The soak's spread").
     options = (
         "-c enable_bitmapscan=off "
         f"-c statement_timeout={pg.statement_timeout_ms} "

@@ -54,7 +54,7 @@ class RecordPlan:
         A batch without a transformed topic gets the plan it always had: no second read,
         no sort, no Python worker. With one, each transform has a branch of its own, read
         by a JDBC query of its own that PostgreSQL filters by topic, so every row crosses
-        the wire once (README, "Transforms")."""
+        the wire once (docs/configuration.md, "Transforms")."""
         new = {t for t in topics if self.transform_of(t) is not None} - self._seen_transformed
         if new:
             # Topics seen before stay in the set: a batch without them still reuses the plan.

@@ -2,7 +2,7 @@
 
 The worker's executor notices its worker is gone and exits; the tasks it ran fail, and
 Spark runs them again on the other worker's executor. Nothing may be lost, and the
-duplicates stay within DESIGN.md's bound (invariant 4): duplicates arise only from a
+duplicates stay within the bound of docs/design.md, invariant 4: duplicates arise only from a
 retry, or from a crash between Kafka's acknowledgement and the delete's commit. A retried
 task re-sends its whole partition, so here:
 
@@ -127,7 +127,7 @@ def test_sigkill_of_a_worker_during_a_drain_loses_nothing_and_bounds_duplicates(
         notes=f"SIGKILL of {victim.name}'s JVM during an available-now drain: exit {code}, "
               f"{interrupted} running task(s) cut off and run again, {v.duplicates} duplicates, "
               f"all within the {len(in_flight)} messages in flight at the kill and at most "
-              f"{MAX_COPIES} copies each (DESIGN.md invariant 4); the other worker finished")
+              f"{MAX_COPIES} copies each (docs/design.md, invariant 4); the other worker finished")
 
     assert code == ExitCode.OK, proc.tail()
     assert alive_workers == 1, "the master kept the other worker"

@@ -147,8 +147,8 @@ def _group_alive(pgid: int) -> bool:
 def start_relay(config: Config, workdir: Path, name: str, *, available_now: bool = False,
                 env: dict[str, str] | None = None, submit_args: Sequence[str] = (),
                 cwd: Path = REPO) -> RelayProc:
-    """Start a relay with `spark-submit jobs/relay.py`, as production does (README,
-    "Running it"; the jars come from spark-defaults.conf), in a new process group.
+    """Start a relay with `spark-submit jobs/relay.py`, as production does (docs/operating.md,
+    "Launching with spark-submit"; the jars come from spark-defaults.conf), in a new process group.
     `submit_args` are spark-submit's own (e.g. `--master`); `cwd` is the driver's."""
     workdir.mkdir(parents=True, exist_ok=True)
     profile = write_profile(config, workdir / f"{name}.toml")

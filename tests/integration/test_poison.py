@@ -117,7 +117,7 @@ def test_park_policy_parks_the_poison_and_its_key_and_lets_others_flow(
     first_seen = list(dict.fromkeys(k1))
     if caught == "by the broker":
         # What only the broker refuses can let a later produce batch of the partition in
-        # while the one holding the refused record fails (README, "Poison messages"):
+        # while the one holding the refused record fails (docs/configuration.md, "Poison messages"):
         # measured, and bounded by the one claim the topic had.
         late = sum(1 for i, x in enumerate(first_seen) if any(y < x for y in first_seen[i:]))
         print(f"per-key order violations after a broker-only refusal: {late} {first_seen}")
