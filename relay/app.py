@@ -16,7 +16,7 @@ from relay.config.load import load_config
 from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import require_current
-from relay.errors import ConfigError, RelayError, exit_code_for, exit_code_of
+from relay.errors import ConfigError, exit_code_of, logged_exit_code
 from relay.exit_codes import ExitCode
 from relay.launch.spark_jars import (
     cached_jars,
@@ -149,19 +149,6 @@ def _without_spark_progress_bar(config: Config) -> Config:
     return config.model_copy(update={"spark": config.spark.model_copy(update={"conf": conf})})
 
 
-def _logged_exit_code(exc: Exception) -> int:
-    """exit_code_of's report as a log record, so that JSON logs hold it too: one line for
-    an error of the relay, the traceback for a defect."""
-    code = exit_code_for(exc)
-    if isinstance(exc, RelayError):
-        log.error("outbox-relay: %s", exc)
-    elif code is ExitCode.DEFECT:
-        log.error("outbox-relay: unexpected error (a defect)", exc_info=exc)
-    else:
-        log.error("outbox-relay: Spark failed", exc_info=exc)
-    return code
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.log_format not in LOG_FORMATS:  # from RELAY_LOG_FORMAT, which argparse trusts
@@ -192,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             relay.close()
     except Exception as exc:
         if args.log_format == "json":
-            return _logged_exit_code(exc)
+            return logged_exit_code(exc, log)
         return exit_code_of(exc)
     print_summary(result)
     return result.exit_code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 
@@ -95,11 +96,24 @@ def _raised_by_spark(exc: BaseException) -> bool:
                for cls in type(exc).__mro__)
 
 
-def exit_code_of(exc: Exception) -> ExitCode:
-    """Reports what ended a command: one line for an error of the relay, the traceback for
-    anything else."""
+def exit_code_of(exc: Exception, prefix: str = "outbox-relay") -> ExitCode:
+    """Reports what ended a command on stderr: one line for an error of the relay, the
+    traceback for anything else. `stack` says "error:", as it always has."""
     if isinstance(exc, RelayError):
-        print(f"outbox-relay: {exc}", file=sys.stderr)
+        print(f"{prefix}: {exc}", file=sys.stderr)
     else:
         traceback.print_exc()
     return exit_code_for(exc)
+
+
+def logged_exit_code(exc: Exception, log: logging.Logger) -> ExitCode:
+    """exit_code_of's report as a log record, so that JSON logs hold it too: one line for
+    an error of the relay, the traceback for Spark's failure or a defect."""
+    code = exit_code_for(exc)
+    if isinstance(exc, RelayError):
+        log.error("outbox-relay: %s", exc)
+    elif code is ExitCode.DEFECT:
+        log.error("outbox-relay: unexpected error (a defect)", exc_info=exc)
+    else:
+        log.error("outbox-relay: Spark failed", exc_info=exc)
+    return code

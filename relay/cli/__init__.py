@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Sequence
 
 from relay.cli import ledger, observe, ops, prepare, run, stack
 from relay.cli.run import run_argv
 from relay.errors import exit_code_of
-from relay.exit_codes import ExitCode
-from relay.stack.proc import StackError
 
 __all__ = ["build_parser", "main", "run_argv"]
 
@@ -41,8 +38,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.fn(args)
         return code
-    except StackError as exc:
-        print(f"outbox-relay: {exc}", file=sys.stderr)
-        return ExitCode.STACK_FAILED
     except Exception as exc:
         return exit_code_of(exc)

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from relay import stack
+from relay.errors import exit_code_of
 from relay.exit_codes import ExitCode
 
 
@@ -44,8 +45,7 @@ def _stack(args: argparse.Namespace) -> int:
             print(f"error: unknown stack command {args.stack_command!r}", file=sys.stderr)
             return ExitCode.USAGE
     except stack.StackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.STACK_FAILED
+        return exit_code_of(exc, prefix="error")
     return ExitCode.OK
 
 

@@ -11,6 +11,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from relay.errors import RelayError
+from relay.exit_codes import ExitCode
+
 HOST = "127.0.0.1"
 
 # Popen handles of the services this interpreter launched. Holding on to them lets
@@ -19,8 +22,10 @@ HOST = "127.0.0.1"
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
-class StackError(RuntimeError):
+class StackError(RelayError):
     """A local service could not be provisioned, started or reached."""
+
+    exit_code = ExitCode.STACK_FAILED
 
 
 def pick_free_ports(count: int) -> list[int]:

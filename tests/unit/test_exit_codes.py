@@ -85,3 +85,29 @@ def test_a_command_and_a_run_map_errors_in_one_place(capsys: pytest.CaptureFixtu
         except Exception as caught:
             assert errors.exit_code_of(caught) == errors.exit_code_for(caught)
     assert "TypeError: y" in capsys.readouterr().err, "a defect prints its traceback"
+
+
+def test_a_stack_failure_is_an_error_of_the_relay_with_its_own_code(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from relay.stack.proc import StackError
+
+    exc = StackError("PostgreSQL did not start")
+    assert isinstance(exc, errors.RelayError)
+    assert errors.exit_code_for(exc) == ExitCode.STACK_FAILED
+    assert errors.exit_code_of(exc) == ExitCode.STACK_FAILED
+    assert capsys.readouterr().err == "outbox-relay: PostgreSQL did not start\n"
+
+
+def test_the_logged_report_maps_like_the_printed_one(caplog: pytest.LogCaptureFixture) -> None:
+    """JSON logs hold the report as a record; its code comes from the same mapping."""
+    import logging
+
+    from relay.stack.proc import StackError
+
+    log = logging.getLogger("relay.test")
+    for exc in (errors.DatabaseError("x"), StackError("s"), TypeError("y"), _Py4JLike("z")):
+        with caplog.at_level(logging.ERROR, logger="relay.test"):
+            assert errors.logged_exit_code(exc, log) == errors.exit_code_for(exc)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[:2] == ["outbox-relay: x", "outbox-relay: s"]
+    assert caplog.records[2].exc_info is not None, "a defect logs its traceback"
