@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from relay.errors import RelayError
-from relay.wiring import Relay
+from relay.ledger.delta import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +39,9 @@ class Clock:
 class LedgerFlusher:
     """Copies staged ledger records to Delta every interval, off the batches' path."""
 
-    def __init__(self, relay: Relay, interval_s: float, copy_early: bool = False,
+    def __init__(self, ledger: Ledger, interval_s: float, copy_early: bool = False,
                  defer: Callable[[], bool] | None = None, clock: Clock | None = None) -> None:
-        self._relay = relay
+        self._ledger = ledger
         self._interval_s = interval_s
         # While a drain lane works, the cores are the delivery's: a copy (its Spark jobs
         # and Delta's commit, 4-8 s in a young JVM) beside a 500,000-row drain held the
@@ -97,7 +97,7 @@ class LedgerFlusher:
     def flush_once(self) -> int | None:
         """Copies what is staged; returns the copy batches written, None after a failure."""
         try:
-            return self._relay.ledger.flush(stopping=self._abandon.is_set)
+            return self._ledger.flush(stopping=self._abandon.is_set)
         except Exception as exc:  # the next interval retries; nothing staged is lost
             if self._abandon.is_set():
                 log.info("ledger copy ended by the stop: %s", str(exc).split("\n", 1)[0])
@@ -121,12 +121,12 @@ class LedgerFlusher:
             self.flush_once()
             return
         if self._thread.is_alive():
-            self._relay.ledger.end_copies(cancel=False)
+            self._ledger.end_copies(cancel=False)
         if not self._join(_STOP_WAIT_S):
             log.warning("ledger: the copy in flight did not end within %.0f s of the stop; "
                         "cancelling it (Spark reports its write as an aborted job)",
                         _STOP_WAIT_S)
-            self._relay.ledger.end_copies(cancel=True)
+            self._ledger.end_copies(cancel=True)
             self._join(_CANCEL_WAIT_S)
         self._say_what_stays()
 
@@ -139,7 +139,7 @@ class LedgerFlusher:
 
     def _say_what_stays(self) -> None:
         try:
-            records, messages = self._relay.ledger.staged_count()
+            records, messages = self._ledger.staged_count()
         except RelayError as exc:
             log.warning("ledger: stopped; what stays staged is unknown: %s", exc)
             return

@@ -105,7 +105,7 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
         processor.progress = Progress(progress, waiting)
     ledger = relay.config.ledger
     flusher = LedgerFlusher(
-        relay, ledger.drain_flush_interval_s if available_now else ledger.flush_interval_s,
+        relay.ledger, ledger.drain_flush_interval_s if available_now else ledger.flush_interval_s,
         copy_early=not available_now, defer=processor.draining,
     )
     flusher.start()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -56,10 +55,9 @@ def _copies(results: list[int | Exception], horizon: float, interval_s: float,
             defer: Callable[[float], bool] | None = None) -> list[float]:
     """When each copy started, from the copier's start until `horizon`."""
     clock = _Clock(horizon)
-    ledger = _Ledger(clock, results, copy_s)
-    relay: Any = SimpleNamespace(ledger=ledger)
+    ledger: Any = _Ledger(clock, results, copy_s)
     lane = None if defer is None else (lambda: defer(clock.t))
-    LedgerFlusher(relay, interval_s=interval_s, copy_early=copy_early, defer=lane,
+    LedgerFlusher(ledger, interval_s=interval_s, copy_early=copy_early, defer=lane,
                   clock=clock)._run()
     return ledger.starts
 
@@ -123,9 +121,8 @@ def test_a_copy_waits_for_the_drain_lane_only_so_long() -> None:
 
 def test_a_stop_ends_the_wait_and_copies_what_is_staged() -> None:
     clock = _Clock(horizon=25)  # the stop comes at 25 s, while the copy due at 10 s waits
-    ledger = _Ledger(clock, [1])
-    relay: Any = SimpleNamespace(ledger=ledger)
-    copier = LedgerFlusher(relay, interval_s=10, defer=lambda: True, clock=clock)
+    ledger: Any = _Ledger(clock, [1])
+    copier = LedgerFlusher(ledger, interval_s=10, defer=lambda: True, clock=clock)
     copier._run()
     assert ledger.starts == []  # the wait ended with the stop, not with its limit (60 s)
     copier.stop(copy_now=True)
@@ -162,9 +159,8 @@ def test_a_stop_signal_waits_for_the_copy_in_flight_and_says_what_stays(
         caplog: pytest.LogCaptureFixture) -> None:
     """A stop signal (copy_now False) returns only once the copy's batch ended, so its
     Spark jobs never meet the Spark context's stop, and says in one line what stays."""
-    ledger = _CopyInFlight()
-    relay: Any = SimpleNamespace(ledger=ledger)
-    copier = LedgerFlusher(relay, interval_s=0.01)
+    ledger: Any = _CopyInFlight()
+    copier = LedgerFlusher(ledger, interval_s=0.01)
     copier.start()
     assert ledger.entered.wait(30)
     # The copier's stop is what lets this copy end: it sets the flag the copy reads.
@@ -183,7 +179,7 @@ def test_a_stop_signal_waits_for_the_copy_in_flight_and_says_what_stays(
 def test_a_copy_that_outlasts_the_stop_s_wait_is_cancelled(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(flusher, "_STOP_WAIT_S", 0.0)
-    ledger = _CopyInFlight()
+    ledger: Any = _CopyInFlight()
 
     def end_copies(cancel: bool) -> None:
         if cancel:
@@ -191,8 +187,7 @@ def test_a_copy_that_outlasts_the_stop_s_wait_is_cancelled(
             ledger.told_to_stop.set()  # cancelling the copy's jobs ends the copy
 
     ledger.end_copies = end_copies  # type: ignore[method-assign]
-    relay: Any = SimpleNamespace(ledger=ledger)
-    copier = LedgerFlusher(relay, interval_s=0.01)
+    copier = LedgerFlusher(ledger, interval_s=0.01)
     copier.start()
     assert ledger.entered.wait(30)
     copier.stop(copy_now=False)

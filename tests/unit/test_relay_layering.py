@@ -1,0 +1,39 @@
+"""The imports inside relay/ run one way: the rules, the configuration and the ledger never
+reach up into what runs them (the stream, the wiring, the operator's views), and the
+streaming classes receive their collaborators and settings instead of the whole Relay."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+RELAY = Path(__file__).resolve().parents[2] / "relay"
+
+# A package, and the modules its files must not import.
+_BELOW = {
+    "config": ("relay.observe", "relay.stream", "relay.wiring"),
+    "ledger": ("relay.stream", "relay.wiring"),
+    "data": ("relay.stream", "relay.wiring"),
+}
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(_BELOW))
+def test_a_lower_package_imports_nothing_above_it(package: str) -> None:
+    files = sorted((RELAY / package).glob("*.py")) or [RELAY / f"{package}.py"]
+    upward = {f"{path.relative_to(RELAY.parent)}: {name}"
+              for path in files for name in _imports(path)
+              for above in _BELOW[package] if name == above or name.startswith(above + ".")}
+    assert not upward, sorted(upward)
