@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -16,9 +17,17 @@ from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.locks import Backoff, TopicLocks
 from relay.control.parking import Parking
+from relay.data.plan import RecordPlan
 from relay.ledger.delta import Ledger
 from relay.observe.collector import StatusCollector
 from relay.observe.runtime import RuntimeMetrics
+from relay.stream.batch import BatchProcessor, BatchSettings
+from relay.stream.delivery import Delivery
+from relay.stream.lanes import DrainLane
+from relay.stream.round import Round, RoundSettings
+from relay.stream.stats import RelayStats
+from relay.stream.stop import StopSignal
+from relay.stream.topic_check import TopicCheck, TopicCheckSettings
 
 
 def fencing_token(source_name: str) -> str:
@@ -124,3 +133,33 @@ def build_relay(config: Config, spark: SparkSession,
     if relay.drain_lane:
         built.drain = drain_lane(built)
     return built
+
+
+def new_round(relay: Relay, stop: StopSignal, stats: RelayStats,
+              finished: Callable[[], None]) -> Round:
+    """A lane's Round, its Delivery and TopicCheck, each given the parts it uses."""
+    config = relay.config
+    delivery = Delivery(relay.spark, RecordPlan(relay.spark, config, relay.token),
+                        db=relay.db, admin=relay.admin, claims=relay.claims,
+                        parking=relay.parking, metrics=relay.metrics, kafka=config.kafka,
+                        topic_rules=list(config.relay.topic_rules))
+    topics = TopicCheck(relay.db, relay.admin, TopicCheckSettings.of(config))
+    return Round(relay.spark, delivery, topics, locks=relay.locks,
+                 heartbeat_locks=relay.heartbeat_locks, claims=relay.claims,
+                 parking=relay.parking, metrics=relay.metrics,
+                 settings=RoundSettings.of(config), stop=stop, stats=stats, finished=finished)
+
+
+def batch_processor(relay: Relay, stop: StopSignal, *, bound: int | None = None,
+                    continuous: bool = False,
+                    stats: RelayStats | None = None) -> BatchProcessor:
+    """The body of foreachBatch for `relay`'s lane, with the drain lane's beside it when
+    it has one; both lanes count into one RelayStats."""
+    shared = stats if stats is not None else RelayStats()
+    drain = None
+    if relay.drain is not None:
+        drain = DrainLane(batch_processor(relay.drain, stop, bound=bound, stats=shared),
+                          relay.spark, stop, relay.config.relay.poll_interval_s, relay.metrics)
+    return BatchProcessor(relay.db, relay.metrics, BatchSettings.of(relay.config),
+                          lambda finished: new_round(relay, stop, shared, finished), stop,
+                          bound=bound, continuous=continuous, stats=shared, drain=drain)

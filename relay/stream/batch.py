@@ -12,26 +12,53 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 
+from relay.config import Config
+from relay.control.db import Database
 from relay.control.pending import TopicFilter, pending_topics, relays_polling
 from relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
 from relay.observe.progress import Progress
+from relay.observe.runtime import RuntimeMetrics
 from relay.stream.lanes import DRAIN_QUIET_S, DrainLane, report_failure
 from relay.stream.round import Round
 from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal
-from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class BatchSettings:
+    """What a batch body reads of the profile."""
+
+    micro_batch_s: float
+    poll_interval_s: float
+    lock_timeout_s: float
+    include_topics: list[str]
+    exclude_topics: list[str]
+
+    @classmethod
+    def of(cls, config: Config) -> BatchSettings:
+        relay = config.relay
+        return cls(relay.micro_batch_s, relay.poll_interval_s, relay.lock_timeout_s,
+                   list(relay.include_topics), list(relay.exclude_topics))
+
+
 class BatchProcessor:
-    def __init__(self, relay: Relay, stop: StopSignal, *, bound: int | None = None,
-                 continuous: bool = False, stats: RelayStats | None = None) -> None:
-        self.relay = relay
+    """`new_round` builds the lane's Round, given what to call after each round that
+    locked a topic; `drain` is the drain lane beside it (None when it is off)."""
+
+    def __init__(self, db: Database, metrics: RuntimeMetrics, settings: BatchSettings,
+                 new_round: Callable[[Callable[[], None]], Round], stop: StopSignal, *,
+                 bound: int | None = None, continuous: bool = False,
+                 stats: RelayStats | None = None, drain: DrainLane | None = None) -> None:
+        self._db = db
+        self._metrics = metrics
+        self._settings = settings
         self.stop = stop
         # Available-now: after a body's first round, only topics with rows up to `bound`
         # (what existed at the start) start another, so rows written during a drain
@@ -42,20 +69,17 @@ class BatchProcessor:
         # written then waits for one poll, not for Spark's next trigger.
         self.continuous = continuous
         self.stats = stats if stats is not None else RelayStats()
-        settings = relay.config.relay
         self._filter = TopicFilter(settings.include_topics, settings.exclude_topics)
-        self._round = Round(relay, stop, self.stats, self._show_progress)
+        self._round = new_round(self._show_progress)
         # Set by the runner for an available-now drain on a terminal.
         self.progress: Progress | None = None
         # The error that ended a batch body, if one did: the runner tells it apart from
         # what its own query.stop() makes Spark raise after the last body finished.
         self.failure: BaseException | None = None
-        self._drain = None if relay.drain is None else DrainLane(
-            BatchProcessor(relay.drain, stop, bound=bound, stats=self.stats), relay.spark, stop,
-            settings.poll_interval_s, relay.metrics)
+        self._drain = drain
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        self.run_rounds(f"micro-batch {batch_id}", self.relay.config.relay.micro_batch_s)
+        self.run_rounds(f"micro-batch {batch_id}", self._settings.micro_batch_s)
 
     def run_rounds(self, label: str, seconds: float) -> None:
         """Rounds until `seconds` are up, the stop is requested, or (available-now)
@@ -75,12 +99,12 @@ class BatchProcessor:
             except (DatabaseUnavailableError, UnreachableError) as exc:
                 # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
                 # Any other error fails the query, and the run's exit code says which.
-                report_failure(self.relay.metrics, "main", f"{label} gave up", exc)
+                report_failure(self._metrics, "main", f"{label} gave up", exc)
                 time.sleep(RETRY_PAUSE_S)
             except BaseException as exc:
                 reported = self._drain.failure if self._drain is not None else None
                 if exc is not reported:  # the drain lane reported its own
-                    report_failure(self.relay.metrics, "main", f"{label} failed", exc)
+                    report_failure(self._metrics, "main", f"{label} failed", exc)
                 self.failure = exc
                 raise
 
@@ -105,9 +129,9 @@ class BatchProcessor:
         at once: when other relays poll this outbox, pause a random part of a poll
         interval so that they get topics too (Spark's trigger used to leave that gap).
         Returns whether a stop came meanwhile."""
-        if relays_polling(self.relay.db) <= 1:
+        if relays_polling(self._db) <= 1:
             return False
-        return self.stop.wait(random.uniform(0, self.relay.config.relay.poll_interval_s))
+        return self.stop.wait(random.uniform(0, self._settings.poll_interval_s))
 
     def _idle_poll(self, deadline: float) -> bool:
         """After a round without work: whether to try another one. Continuous bodies wait
@@ -118,7 +142,7 @@ class BatchProcessor:
             self._show_progress()
         if not self.continuous and not draining:
             return False
-        pause = min(self.relay.config.relay.poll_interval_s, deadline - time.monotonic())
+        pause = min(self._settings.poll_interval_s, deadline - time.monotonic())
         return pause > 0 and not self.stop.wait(pause)
 
     @property
@@ -144,8 +168,7 @@ class BatchProcessor:
             # over the index entries of the rows the drain deleted; it probes backwards
             # now, and this saves its statement a round.
             return sorted(only)
-        settings = self.relay.config.relay
-        states = pending_topics(self.relay.db, settings.lock_timeout_s, self._filter, bound)
+        states = pending_topics(self._db, self._settings.lock_timeout_s, self._filter, bound)
         ready = [s.topic for s in states if s.state == "ready" and (bound is None or s.below_bound)]
         if only is not None:
             return [t for t in ready if t in only]

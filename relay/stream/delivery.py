@@ -15,15 +15,21 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from relay.control.claims import Claim
+from pyspark.sql import SparkSession
+
+from relay.config import KafkaConfig, TopicRule
+from relay.control.claims import Claim, Claims
+from relay.control.db import Database
+from relay.control.kafka_admin import KafkaAdmin
+from relay.control.parking import Parking
 from relay.data.plan import IdRange, RecordPlan
 from relay.data.sink import write_records
 from relay.errors import UnreachableError
+from relay.observe.runtime import RuntimeMetrics
 from relay.rules.topic_rules import rule_for
 from relay.stream.failures import OUTAGE_PREFIX, describe_failure, failure_kind, read_failed
 from relay.stream.isolate import isolate
 from relay.stream.topic_bisect import bisect_topics, named_topics
-from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +45,24 @@ class Outcome:
 
 
 class Delivery:
-    def __init__(self, relay: Relay) -> None:
-        self.relay = relay
+    def __init__(self, spark: SparkSession, plan: RecordPlan, *, db: Database,
+                 admin: KafkaAdmin, claims: Claims, parking: Parking,
+                 metrics: RuntimeMetrics, kafka: KafkaConfig,
+                 topic_rules: list[TopicRule]) -> None:
+        self._spark = spark
+        self._db = db
+        self._admin = admin
+        self._claims = claims
+        self._parking = parking
+        self._metrics = metrics
+        self._kafka = kafka
+        self._topic_rules = topic_rules
         self._guard = threading.Lock()
         self._ended = threading.Condition(self._guard)  # notified when a write ends
         self._lost: set[str] = set()
         self._in_flight: tuple[str, frozenset[str]] | None = None  # (job tag, topics)
         self._named: set[str] = set()  # the topics the last failed write named
-        self._plan = RecordPlan(relay.spark, relay.config, relay.token)
+        self._plan = plan
         self._batch_topics: frozenset[str] = frozenset()  # those of the batch being sent
         self._sessions: list[Claim] = []  # the sessions of the batch being sent
         self._isolating: dict[str, list[int]] = {}  # topic -> its ids, while isolating
@@ -71,7 +87,7 @@ class Delivery:
     def _cancel(self, tag: str) -> None:
         """Cancels the write tagged `tag` until it has ended: Spark cancels only the jobs
         already submitted, and the write may not have submitted its job yet."""
-        spark = self.relay.spark.sparkContext
+        spark = self._spark.sparkContext
         while True:
             try:
                 spark.cancelJobsWithTag(tag)
@@ -110,7 +126,7 @@ class Delivery:
     def _count_failures(self, outcome: Outcome) -> None:
         """One failure per topic and batch whose write was not acknowledged (a poison
         message parked counts as a record failure)."""
-        metrics = self.relay.metrics
+        metrics = self._metrics
         for topic, reason in outcome.errors.items():
             metrics.send_failure(topic, failure_kind(reason))
         for topic in outcome.parked.keys() - outcome.errors.keys():
@@ -130,7 +146,7 @@ class Delivery:
             # (its tasks that had read everything went through). The round gives up
             # (DatabaseUnavailableError); its rows stay for the next claim. A read
             # failing for a reason of its own still goes to the bisection.
-            self.relay.db.check_reachable()
+            self._db.check_reachable()
         if (down := self._outage(failure)) is not None:
             return Outcome(errors=dict.fromkeys(topics, down))
         found = bisect_topics(
@@ -151,26 +167,26 @@ class Delivery:
     def _outage(self, reason: str) -> str | None:
         """Why Kafka counts as down after the write failure `reason`, if it is down."""
         try:
-            self.relay.admin.check_reachable()
+            self._admin.check_reachable()
         except UnreachableError as down:
             return f"{OUTAGE_PREFIX}{down}"
         return None
 
     def _isolate(self, batch_id: int, claim: Claim, reason: str, outcome: Outcome) -> None:
         assert claim.session_id is not None
-        ids = self.relay.claims.sent_ids(claim.session_id)
+        ids = self._claims.sent_ids(claim.session_id)
         self._isolating[claim.topic] = ids
         result = isolate(ids, reason, lambda a, b: self._try([claim.topic], (a, b)))
         if result.delivered:
-            self.relay.claims.truncate(claim.session_id, result.delivered)
+            self._claims.truncate(claim.session_id, result.delivered)
             outcome.acknowledged.append(replace(claim, rows=len(result.delivered)))
         if not result.poison or result.culprit is None:
             outcome.errors[claim.topic] = result.reason
             return
-        rule = rule_for(self.relay.config.relay.topic_rules, claim.topic)
+        rule = rule_for(self._topic_rules, claim.topic)
         where = f"message {result.culprit}: {result.reason} (found in {result.attempts} sends)"
         if rule.policy == "park":
-            parked = self.relay.parking.park_one(result.culprit, result.reason, result.attempts)
+            parked = self._parking.park_one(result.culprit, result.reason, result.attempts)
             outcome.parked[claim.topic] += len(parked)
             log.warning("topic %s: parked %s", claim.topic, where)
         else:
@@ -184,7 +200,7 @@ class Delivery:
             self._in_flight = (tag, frozenset(live))
         if not live:
             return f"lock lost for {sorted(topics)}: nothing sent"
-        spark = self.relay.spark.sparkContext
+        spark = self._spark.sparkContext
         # Interrupted, a cancelled task stops producing at once instead of running on
         # (the streaming query sets the same on its thread; a plain caller may not).
         spark.setInterruptOnCancel(True)
@@ -207,7 +223,7 @@ class Delivery:
         transformed = sorted(t for t in topics if self._plan.transform_of(t) is not None)
         if transformed:
             self._plan.counter.reset()
-        write_records(records, self.relay.config.kafka)
+        write_records(records, self._kafka)
         if transformed:
             specs = sorted({f"{self._plan.transform_of(t)} ({t})" for t in transformed})
             self._plan.counter.verify(self._claimed_rows(transformed, ids),

@@ -11,53 +11,82 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
+from pyspark.sql import SparkSession
+
 from relay import failpoints
-from relay.control.claims import Claim, TopicLimits
+from relay.config import Config, TopicRule
+from relay.control.claims import Claim, Claims, TopicLimits
 from relay.control.finish import finish
+from relay.control.locks import TopicLocks
+from relay.control.parking import Parking
+from relay.observe.runtime import RuntimeMetrics
 from relay.rules.topic_rules import rule_for
 from relay.stream.delivery import Delivery
 from relay.stream.heartbeat import Heartbeat
 from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal
 from relay.stream.topic_check import TopicCheck
-from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
 
 
-class Round:
-    """Runs one lane's rounds, one at a time, under its Relay's token."""
+@dataclass(frozen=True)
+class RoundSettings:
+    """What a round reads of the profile."""
 
-    def __init__(self, relay: Relay, stop: StopSignal, stats: RelayStats,
-                 finished: Callable[[], None]) -> None:
-        self.relay = relay
+    batch_size: int
+    max_batch_bytes: int
+    heartbeat_interval_s: float
+    topic_rules: list[TopicRule]
+
+    @classmethod
+    def of(cls, config: Config) -> RoundSettings:
+        relay = config.relay
+        return cls(relay.batch_size, relay.max_batch_bytes, relay.heartbeat_interval_s,
+                   list(relay.topic_rules))
+
+
+class Round:
+    """Runs one lane's rounds, one at a time, under the token of its locks and claims."""
+
+    def __init__(self, spark: SparkSession, delivery: Delivery, topics: TopicCheck, *,
+                 locks: TopicLocks, heartbeat_locks: TopicLocks, claims: Claims,
+                 parking: Parking, metrics: RuntimeMetrics, settings: RoundSettings,
+                 stop: StopSignal, stats: RelayStats, finished: Callable[[], None]) -> None:
+        self._spark = spark
+        self._locks = locks
+        self._heartbeat_locks = heartbeat_locks
+        self._claims = claims
+        self._parking = parking
+        self._settings = settings
         self.stop = stop
         self.stats = stats
         self._finished = finished  # after each round that locked a topic
-        self._delivery = Delivery(relay)
-        self._topics = TopicCheck(relay)
-        self.metrics = relay.metrics
+        self._delivery = delivery
+        self._topics = topics
+        self.metrics = metrics
         self._written_at = time.monotonic()  # when the last write of a round ended
         # The topics of the last round whose claims stopped at their limit.
         self.backlogged: frozenset[str] = frozenset()
 
     def run(self, ready: list[str]) -> bool:
         """One round on `ready`; returns whether it locked any topic."""
-        settings = self.relay.config.relay
+        settings = self._settings
         self.backlogged = frozenset()
         if not ready:
             return False
         with self.metrics.phase("lock"):
-            locked = self.relay.locks.acquire(ready)
+            locked = self._locks.acquire(ready)
         if not locked:
             return False
         self.stats.add_batch()
         errors: dict[str, str] = {}
         acknowledged: list[Claim] = []
         self._delivery.new_batch()
-        beat = Heartbeat(self.relay.heartbeat_locks, locked, settings.heartbeat_interval_s,
+        beat = Heartbeat(self._heartbeat_locks, locked, settings.heartbeat_interval_s,
                          self._jvm_alive, on_lost=self._delivery.lock_lost)
         try:
             with beat:
@@ -76,22 +105,22 @@ class Round:
         return True
 
     def _policy(self, topic: str) -> str:
-        return rule_for(self.relay.config.relay.topic_rules, topic).policy
+        return rule_for(self._settings.topic_rules, topic).policy
 
     def _park_doomed(
         self, limits: list[TopicLimits], doomed: dict[str, str], errors: dict[str, str]
     ) -> None:
         """Under the park policy, what can never be sent leaves the way of the rest;
         under block, its topic waits in error."""
-        batch_size = self.relay.config.relay.batch_size
+        batch_size = self._settings.batch_size
         for topic, reason in doomed.items():
             if self._policy(topic) == "park":
-                parked = self.relay.parking.park_topic(topic, reason, batch_size)
+                parked = self._parking.park_topic(topic, reason, batch_size)
                 self._count_parked(topic, len(parked), reason)
             else:
                 errors[topic] = reason
         park = [t for t in limits if self._policy(t.topic) == "park"]
-        for p in self.relay.parking.park_doomed(park, batch_size):
+        for p in self._parking.park_doomed(park, batch_size):
             self._count_parked(p.topic, 1, f"message {p.id}: {p.reason}")
 
     def _count_parked(self, topic: str, n: int, reason: str) -> None:
@@ -104,9 +133,9 @@ class Round:
         limits: list[TopicLimits],
         errors: dict[str, str],
     ) -> list[Claim]:
-        settings = self.relay.config.relay
+        settings = self._settings
         with self.metrics.phase("claim"):
-            batch = self.relay.claims.claim(limits, settings.batch_size,
+            batch = self._claims.claim(limits, settings.batch_size,
                                             settings.max_batch_bytes)
         for c in batch.claims:
             if c.compacted:  # deleted by the claim, whatever becomes of the write
@@ -134,7 +163,7 @@ class Round:
                 errors: dict[str, str], lost: Collection[str]) -> None:
         since_write = time.monotonic() - self._written_at if acknowledged else 0.0
         with self.metrics.phase("delete"):
-            done = finish(self.relay.claims, self.relay.locks, locked, acknowledged, errors,
+            done = finish(self._claims, self._locks, locked, acknowledged, errors,
                           self.metrics.delivery_lag.bounds, since_write)
         for c in acknowledged:
             if c.topic in done.owned:
@@ -155,7 +184,7 @@ class Round:
 
     def _jvm_alive(self) -> bool:
         try:
-            jsc: Any = self.relay.spark.sparkContext._jsc
+            jsc: Any = self._spark.sparkContext._jsc
             return not jsc.sc().isStopped()
         except Exception:
             return False

@@ -28,7 +28,7 @@ from relay.stream.batch import BatchProcessor
 from relay.stream.source import SOURCE_NAME, OutboxSource
 from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal, forward_jvm_signals
-from relay.wiring import Relay
+from relay.wiring import Relay, batch_processor
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
     started = time.monotonic()
     bound = max_id(relay.db) if available_now else None
     forward_jvm_signals(relay.spark, stop)
-    processor = BatchProcessor(relay, stop, bound=bound, continuous=not available_now)
+    processor = batch_processor(relay, stop, bound=bound, continuous=not available_now)
     if progress is not None and bound is not None:
         settings = relay.config.relay
         waiting = waiting_up_to(relay.db, bound, TopicFilter(settings.include_topics,

@@ -4,23 +4,47 @@ its name, its existence on the broker, its partition count and its size limit.""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from relay import failpoints
+from relay.config import Config, TopicRule
 from relay.control.claims import TopicLimits
-from relay.control.kafka_admin import TopicInfo, TopicUnavailable, topic_name_problem
+from relay.control.db import Database
+from relay.control.kafka_admin import KafkaAdmin, TopicInfo, TopicUnavailable, topic_name_problem
 from relay.control.topic_meta import TopicMeta
+from relay.rules.partitioners import Partitioner
 from relay.rules.record_size import payload_allowance
 from relay.rules.topic_rules import rule_for
 from relay.stream.failures import OUTAGE_PREFIX, describe_failure
-from relay.wiring import Relay
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class TopicCheckSettings:
+    """What the check reads of the profile: the size bound's inputs and the rules."""
+
+    max_request_size: int
+    compression_type: str
+    missing_topic_grace_s: float
+    header_prefix: str
+    source_name: str
+    partitioner: Partitioner
+    topic_rules: list[TopicRule]
+
+    @classmethod
+    def of(cls, config: Config) -> TopicCheckSettings:
+        kafka, relay = config.kafka, config.relay
+        return cls(kafka.max_request_size, kafka.compression_type, kafka.missing_topic_grace_s,
+                   relay.header_prefix, relay.source_name, relay.partitioner,
+                   list(relay.topic_rules))
+
+
 class TopicCheck:
-    def __init__(self, relay: Relay) -> None:
-        self.relay = relay
-        self._meta = TopicMeta(relay.db)
+    def __init__(self, db: Database, admin: KafkaAdmin, settings: TopicCheckSettings) -> None:
+        self._admin = admin
+        self._settings = settings
+        self._meta = TopicMeta(db)
 
     def validate(
         self, locked: list[str], errors: dict[str, str]
@@ -32,11 +56,11 @@ class TopicCheck:
         name, missing beyond the grace period) with the reason. An outage is only an
         error: it must never make a healthy row look doomed.
         """
-        kafka = self.relay.config.kafka
+        settings = self._settings
         doomed = {t: p for t in locked if (p := topic_name_problem(t)) is not None}
         named = [t for t in locked if t not in doomed]
         try:
-            infos = self.relay.admin.describe(named) if named else {}
+            infos = self._admin.describe(named) if named else {}
         except Exception as exc:
             reason = f"{OUTAGE_PREFIX}{describe_failure(exc)}"
             errors.update({t: reason for t in named})
@@ -47,9 +71,8 @@ class TopicCheck:
             {t: i for t, i in infos.items() if isinstance(i, TopicUnavailable)}, errors, doomed)
         limits = []
         for topic, info in present.items():
-            settings = self.relay.config.relay
-            max_bytes = payload_allowance(info.max_message_bytes, kafka.max_request_size,
-                                          kafka.compression_type, settings.header_prefix,
+            max_bytes = payload_allowance(info.max_message_bytes, settings.max_request_size,
+                                          settings.compression_type, settings.header_prefix,
                                           settings.source_name)
             rule = rule_for(settings.topic_rules, topic)
             # The failpoint plays a topic turned compacted after its config was read.
@@ -62,7 +85,7 @@ class TopicCheck:
                           errors: dict[str, str], doomed: dict[str, str]) -> None:
         """A topic the broker has called missing for longer than the grace is doomed;
         every other unavailable topic is in error and backs off."""
-        grace = self.relay.config.kafka.missing_topic_grace_s
+        grace = self._settings.missing_topic_grace_s
         missing_for = self._meta.note_missing(
             [t for t, u in unavailable.items() if u.missing])
         for topic, u in unavailable.items():

@@ -17,10 +17,9 @@ from relay.control.claims import TopicLimits
 from relay.control.finish import finish
 from relay.stack import StackInfo
 from relay.stream.heartbeat import Heartbeat
-from relay.stream.round import Round
 from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal
-from relay.wiring import build_relay
+from relay.wiring import build_relay, new_round
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, create_topics, insert, query, unique, wait_for
 from tests.integration.parties import Party
@@ -170,7 +169,7 @@ def test_the_heartbeat_renews_while_the_batch_validates(
     create_topics(stack.kafka_bootstrap, {topic: 1})
     _outbox(migrated_url, topic)
     relay = build_relay(config, spark)
-    rounds = Round(relay, StopSignal(), RelayStats(), lambda: None)
+    rounds = new_round(relay, StopSignal(), RelayStats(), lambda: None)
     validate = rounds._topics.validate
     renewed: list[bool] = []
 
@@ -197,7 +196,7 @@ def test_a_lock_lost_before_the_claim_skips_the_claim(
     create_topics(stack.kafka_bootstrap, {topic: 1})
     _outbox(migrated_url, topic)
     relay = build_relay(config, spark)
-    rounds = Round(relay, StopSignal(), RelayStats(), lambda: None)
+    rounds = new_round(relay, StopSignal(), RelayStats(), lambda: None)
     validate, claim = rounds._topics.validate, relay.claims.claim
     claimed: list[list[str]] = []
     lost = threading.Event()

@@ -37,3 +37,12 @@ def test_a_lower_package_imports_nothing_above_it(package: str) -> None:
               for path in files for name in _imports(path)
               for above in _BELOW[package] if name == above or name.startswith(above + ".")}
     assert not upward, sorted(upward)
+
+
+def test_the_streaming_classes_receive_their_parts_not_the_relay() -> None:
+    """relay.wiring gives each class the collaborators and settings it uses; only the
+    runner, which the application hands the wired whole, holds the Relay."""
+    holders = {f"{path.relative_to(RELAY.parent)}: {name}"
+               for path in sorted((RELAY / "stream").glob("*.py")) if path.name != "runner.py"
+               for name in _imports(path) if name.startswith("relay.wiring")}
+    assert not holders, sorted(holders)
