@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from relay.control.db import Database
 from relay.control.locks import HELD, held_by
+from relay.rules.outcomes import Outcome
 from relay.rules.partitioners import Partitioner
 
 
@@ -126,7 +127,7 @@ session AS (
 -- The ledger record of exactly the rows deleted, under the session that decided it.
 staged AS (
     INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source)
-    SELECT s.session_id, s.topic, 'compacted', array_agg(c.id), %(source)s
+    SELECT s.session_id, s.topic, %(compacted)s, array_agg(c.id), %(source)s
     FROM compacted c JOIN session s ON s.topic = c.topic
     GROUP BY s.session_id, s.topic
     RETURNING topic, cardinality(ids) AS compacted
@@ -211,6 +212,7 @@ class Claims:
             "limit": limit,
             "batch_bytes": batch_bytes,
             "source": self.source_name,
+            "compacted": Outcome.COMPACTED,
         }
         with self.db.transaction() as cur:
             cur.execute(CLEAR_STALE_SESSIONS, {"topics": topics, "token": self.token,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from relay.control.claims import Claim, Claims
 from relay.control.locks import HOLD_OWNED, REGISTER_ERROR, RELEASE, TopicLocks
+from relay.rules.outcomes import Outcome
 
 # Deletes only rows of sessions whose topic lock is held (see locks.HOLD_OWNED, taken
 # in the same transaction), and stages the ledger record of exactly the rows deleted
@@ -44,7 +45,7 @@ staged AS (
         (session_id, topic, outcome, ids, source, partitioning_keys, topic_partitions,
          partitioner)
     -- Unordered: the ledger explodes the arrays, and sorting every deleted id spilled.
-    SELECT session_id, topic, 'published', array_agg(id), %(source)s,
+    SELECT session_id, topic, %(published)s, array_agg(id), %(source)s,
            array_agg(partitioning_key), partitions, partitioner
     FROM removed
     GROUP BY session_id, topic, partitions, partitioner
@@ -120,6 +121,7 @@ def finish(
                 "owned": sorted(owned),
                 "token": claims.token,
                 "source": claims.source_name,
+                "published": Outcome.PUBLISHED,
                 "lag_bounds": list(lag_bounds) or [0.0],
                 "since_write_s": max(0.0, since_write_s),
             },

@@ -15,6 +15,7 @@ from typing import Any
 from relay.control.claims import TopicLimits
 from relay.control.db import Database
 from relay.control.locks import HELD
+from relay.rules.outcomes import Outcome
 
 _MOVE = f"""
 moved AS (
@@ -33,7 +34,7 @@ parked AS (
 ),
 staged AS (
     INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source)
-    SELECT gen_random_uuid(), topic, 'parked', array_agg(id ORDER BY id), %(source)s
+    SELECT gen_random_uuid(), topic, %(parked)s, array_agg(id ORDER BY id), %(source)s
     FROM parked GROUP BY topic
 )
 SELECT topic, id, reason FROM parked
@@ -106,7 +107,8 @@ WITH gone AS (
 ),
 staged AS (
     INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source, actor)
-    SELECT gen_random_uuid(), topic, 'dropped', array_agg(id ORDER BY id), %(source)s, %(actor)s
+    SELECT gen_random_uuid(), topic, %(dropped)s, array_agg(id ORDER BY id), %(source)s,
+           %(actor)s
     FROM gone GROUP BY topic
 )
 SELECT id FROM gone ORDER BY id
@@ -140,7 +142,7 @@ class Parking:
 
     def _params(self, **extra: Any) -> dict[str, Any]:
         return {"token": self.token, "lock_timeout_s": self.lock_timeout_s,
-                "source": self.source_name, "attempts": 0, **extra}
+                "source": self.source_name, "attempts": 0, "parked": Outcome.PARKED, **extra}
 
     def park_doomed(self, limits: Sequence[TopicLimits], limit: int) -> list[Parked]:
         """Park what the claim window of each topic holds that can never be sent."""
@@ -172,7 +174,8 @@ def requeue(db: Database, ids: Sequence[int], topic: str | None) -> list[int]:
 
 def drop(db: Database, ids: Sequence[int], source: str, actor: str) -> list[int]:
     """Deletes parked messages for good; returns the ids that were parked."""
-    return [r["id"] for r in db.all(DROP, {"ids": list(ids), "source": source, "actor": actor})]
+    params = {"ids": list(ids), "source": source, "actor": actor, "dropped": Outcome.DROPPED}
+    return [r["id"] for r in db.all(DROP, params)]
 
 
 def peek(db: Database, topic: str, from_id: int, to_id: int, limit: int) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from typing import Any
 from relay.control.claims import live_session
 from relay.control.db import Database
 from relay.control.locks import ENSURE_TOPICS, held_by
+from relay.rules.outcomes import Outcome
 
 FIND = """
 SELECT m.id, m.topic FROM kafka_messages m WHERE m.id = ANY(%(ids)s::bigint[]) ORDER BY m.id
@@ -63,7 +64,8 @@ WITH gone AS (
 ),
 staged AS (
     INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source, actor)
-    SELECT gen_random_uuid(), topic, 'skipped', array_agg(id ORDER BY id), %(source)s, %(actor)s
+    SELECT gen_random_uuid(), topic, %(skipped)s, array_agg(id ORDER BY id), %(source)s,
+           %(actor)s
     FROM gone GROUP BY topic
 )
 SELECT id, topic FROM gone ORDER BY id
@@ -145,6 +147,7 @@ def _skip_once(db: Database, ids: Sequence[int], source: str, actor: str,
             cur.connection.rollback()
             return SkipResult({}, [], busy)
         # A fresh snapshot, taken under the row locks: rows a relay deleted meanwhile are gone.
-        cur.execute(SKIP, {**params, "source": source, "actor": actor})
+        cur.execute(SKIP, {**params, "source": source, "actor": actor,
+                           "skipped": Outcome.SKIPPED})
         skipped = {r["id"]: r["topic"] for r in cur.fetchall()}
     return SkipResult(skipped, [i for i in wanted if i not in skipped], [])

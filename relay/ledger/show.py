@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from relay.ledger.lookup import LedgerRecord
+from relay.rules.outcomes import SENT
 
-# Outcomes under which the message went to Kafka; the others never reached a partition.
-SENT = frozenset({"published"})
 WHERE = {"staging": "staged, not yet copied to Delta", "delta": "in the Delta ledger"}
 
 

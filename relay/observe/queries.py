@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from relay.control.locks import IN_BACKOFF, RETRY_AT, held_by
 from relay.control.pending import WAITING_TOPICS
+from relay.rules.outcomes import Outcome
 
 _NOW = "(now() AT TIME ZONE 'UTC')"
 
@@ -71,6 +72,11 @@ CROSS JOIN LATERAL (
 # reads every row of the topic whatever the LIMIT; these keep it on the index, in order.
 COUNT_PLAN = ("SET LOCAL enable_bitmapscan = off", "SET LOCAL enable_sort = off")
 
+# Which ledger records a rate counts: the published ones, in every statement below
+# (tests/unit/test_notebook_figures.py pins that all four statements carry it). The value
+# is Outcome's, written into the text because delta-rs takes no parameters.
+RATED_RECORDS = f"outcome = '{Outcome.PUBLISHED.value}'"
+
 # The ledger's staged records per topic: messages published per window (parked, skipped
 # and dropped ones were not delivered, and a parked message later dropped would count
 # twice), and how far the copy to Delta lags behind them. `copy_batches` are the batches
@@ -81,10 +87,10 @@ SELECT topic,
        count(*)::bigint AS records,
        coalesce(sum(cardinality(ids)), 0)::bigint AS messages,
        coalesce(sum(cardinality(ids)) FILTER (
-           WHERE outcome = 'published' AND relayed_at >= now() - interval '5 minutes'), 0
+           WHERE """ + RATED_RECORDS + """ AND relayed_at >= now() - interval '5 minutes'), 0
        )::bigint AS messages_5m,
        coalesce(sum(cardinality(ids)) FILTER (
-           WHERE outcome = 'published' AND relayed_at >= now() - interval '60 minutes'), 0
+           WHERE """ + RATED_RECORDS + """ AND relayed_at >= now() - interval '60 minutes'), 0
        )::bigint AS messages_60m,
        min(relayed_at) AS oldest_at,
        extract(epoch FROM now() - min(relayed_at))::float AS oldest_age_s,
@@ -150,7 +156,7 @@ SELECT {origin} AS origin, topic, copy_batch,
        count(*) FILTER (WHERE relayed_at >= to_timestamp_micros({since_5m_us:d})) AS n5,
        count(*) AS n60
 FROM ledger
-WHERE relayed_at >= to_timestamp_micros({since_60m_us:d}) AND outcome = 'published'
+WHERE relayed_at >= to_timestamp_micros({since_60m_us:d}) AND """ + RATED_RECORDS + """
 GROUP BY {origin}, topic, copy_batch
 """
 # A ledger written before rows carried their origin has no such column.
@@ -165,9 +171,6 @@ SELECT now() AS now,
        floor(extract(epoch FROM now()) / 60)::bigint - %(minutes)s + 1 AS first_minute
 """
 
-# Which ledger records a rate counts: the published ones, as STAGED and DELTA_RATES do
-# (tests/unit/test_notebook_figures.py pins that all four statements carry it).
-RATED_RECORDS = "outcome = 'published'"
 
 # Staged messages published per topic and minute.
 STAGED_PER_MINUTE = f"""

@@ -25,8 +25,8 @@ from prometheus_client.registry import Collector
 
 from relay.config import MetricsConfig
 from relay.observe import OTHER_TOPICS
+from relay.rules.outcomes import Outcome
 
-OUTCOMES = ("published", "parked", "compacted")
 PHASES = ("lock", "claim", "write", "delete")
 
 # Seconds from created_at to the end of the write: a healthy relay is well under 1 s,
@@ -142,7 +142,7 @@ class RuntimeMetrics:
             "source": source_name,
         })
 
-    def messages(self, topic: str, outcome: str, n: int) -> None:
+    def messages(self, topic: str, outcome: Outcome, n: int) -> None:
         if n:
             self._messages.labels(topic=self.topic_label(topic), outcome=outcome).inc(n)
 

@@ -23,6 +23,7 @@ from relay.control.finish import finish
 from relay.control.locks import TopicLocks
 from relay.control.parking import Parking
 from relay.observe.runtime import RuntimeMetrics
+from relay.rules.outcomes import Outcome
 from relay.rules.topic_rules import rule_for
 from relay.stream.delivery import Delivery
 from relay.stream.heartbeat import Heartbeat
@@ -125,7 +126,7 @@ class Round:
 
     def _count_parked(self, topic: str, n: int, reason: str) -> None:
         if n:
-            self._count(topic, "parked", n)
+            self._count(topic, Outcome.PARKED, n)
             log.warning("topic %s: parked %d message(s): %s", topic, n, reason)
 
     def _claim_and_send(
@@ -139,7 +140,7 @@ class Round:
                                             settings.max_batch_bytes)
         for c in batch.claims:
             if c.compacted:  # deleted by the claim, whatever becomes of the write
-                self._count(c.topic, "compacted", c.compacted)
+                self._count(c.topic, Outcome.COMPACTED, c.compacted)
             # Under park, the next round parks the bad row before claiming.
             if c.bad_id is not None and self._policy(c.topic) == "block":
                 errors[c.topic] = f"message {c.bad_id}: {c.problem}"
@@ -151,11 +152,11 @@ class Round:
         self._written_at = time.monotonic()
         errors.update(outcome.errors)
         for topic, n in outcome.parked.items():
-            self._count(topic, "parked", n)
+            self._count(topic, Outcome.PARKED, n)
         failpoints.hit("after_ack")
         return outcome.acknowledged
 
-    def _count(self, topic: str, outcome: str, n: int) -> None:
+    def _count(self, topic: str, outcome: Outcome, n: int) -> None:
         self.stats.add(topic, outcome, n)
         self.metrics.messages(topic, outcome, n)
 
@@ -167,7 +168,7 @@ class Round:
                           self.metrics.delivery_lag.bounds, since_write)
         for c in acknowledged:
             if c.topic in done.owned:
-                self._count(c.topic, "published", c.rows)
+                self._count(c.topic, Outcome.PUBLISHED, c.rows)
         self.backlogged = frozenset(c.topic for c in acknowledged
                                     if c.more and c.topic in done.owned - errors.keys())
         self.metrics.delivery_lag.add(done.lag)

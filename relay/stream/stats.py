@@ -7,6 +7,8 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from relay.rules.outcomes import Outcome
+
 
 @dataclass
 class RelayStats:
@@ -21,8 +23,8 @@ class RelayStats:
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False,
                                    compare=False)
 
-    def add(self, topic: str, outcome: str, n: int) -> None:
-        """`outcome`: published, compacted or parked."""
+    def add(self, topic: str, outcome: Outcome, n: int) -> None:
+        """`outcome`: one of RELAY_OUTCOMES (relay.rules.outcomes), a counter of its name."""
         with self._guard:
             getattr(self, outcome)[topic] += n
 
