@@ -4,9 +4,10 @@
 every process of spark-submit's group. Without Hadoop's native library, Spark's local
 checkpoint writes fork a `chmod` helper for each file; a group signal that lands while
 one runs kills the helper, the checkpoint write fails, and the streaming query dies:
-exit 5 ("the streaming query failed") instead of the graceful stop's 0. docs/exit-codes.md, "Signals": "SIGTERM
-or SIGINT stops claiming, lets the write in flight finish, deletes what was acknowledged
-and releases the locks", exit 0 in continuous mode.
+exit 5 ("the streaming query failed") instead of the graceful stop's 0.
+docs/exit-codes.md, "Signals": "SIGTERM or SIGINT stops claiming, lets the write in
+flight finish, deletes what was acknowledged and releases the locks", exit 0 in
+continuous mode.
 
 The window is a few milliseconds; a slow `chmod` (a wrapper first on the relay's PATH
 that sleeps, as on a slow or loaded disk) widens it so the test hits it every time.
