@@ -2,8 +2,8 @@
 the sink, checked in every task before anything is sent.
 
 The transform receives TRANSFORM_COLUMNS and must return them, with the same types
-(README, "Transforms"): it may change `value`, `headers` and `key`; it may not add, drop,
-reorder or move rows, nor change `id`, `topic`, `created_at` or `_relay`.
+(docs/configuration.md, "Transforms"): it may change `value`, `headers` and `key`; it may
+not add, drop, reorder or move rows, nor change `id`, `topic`, `created_at` or `_relay`.
 
 `_relay` is how the relay checks that, inside the one write job and without a second read:
 - before the transform, each row gets its task (`spark_partition_id`), its position in

@@ -107,7 +107,7 @@ SELECT now() AS now,
        (extract(epoch FROM now() - interval '60 minutes') * 1000000)::bigint AS since_60m_us
 """
 
-# What holds this database's horizon back (DESIGN.md invariant 5): the oldest of its
+# What holds this database's horizon back (docs/design.md, invariant 5): the oldest of its
 # backends' transaction ids and snapshots (and walsenders': hot_standby_feedback), its
 # prepared transactions and the replication slots it or the cluster keeps. Autovacuum
 # workers are left out: their snapshots hold no other vacuum back. The query text is
