@@ -57,7 +57,7 @@ class MigrationError(RelayError):
 
 
 class PublishError(RelayError):
-    """The publisher (relay.publisher) refused a call; nothing was written."""
+    """The publisher (relay.outbox.publisher) refused a call; nothing was written."""
 
 
 class InvalidMessageError(PublishError):

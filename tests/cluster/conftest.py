@@ -25,7 +25,9 @@ from tests.faults.conftest import (  # the fault report's scenario figures
     pytest_runtest_makereport,
     scenario,
 )
-from tests.faults.harness import REPO, database_url, drop_database, install_recorders
+from tests.faults.infra import database_url
+from tests.faults.recorders import drop_database, install_recorders
+from tests.faults.relay_proc import REPO
 
 __all__ = ["long_mode", "pytest_runtest_makereport", "scenario"]
 

@@ -15,7 +15,8 @@ from relay.config.load import PASSWORD_ENV
 from relay.stack import StackInfo
 from tests.cluster.conftest import ClusterDb
 from tests.cluster.standalone import StandaloneCluster, Worker
-from tests.faults.harness import RelayProc, relay_config, start_relay, wait_until
+from tests.faults.infra import wait_until
+from tests.faults.relay_proc import RelayProc, relay_config, start_relay
 
 # Executors are JVMs in the workers, each worker offering 1 core and 1 GB.
 EXECUTOR_MEMORY = "768m"

@@ -35,16 +35,9 @@ from tests.cluster.submit import (
     worker_processes,
 )
 from tests.faults.conftest import Scenario
-from tests.faults.harness import (
-    Outbox,
-    Verdict,
-    outbox_count,
-    query,
-    read_all,
-    traffic,
-    unique,
-    verdict,
-)
+from tests.faults.infra import outbox_count, query, unique
+from tests.faults.oracle import Verdict, read_all, verdict
+from tests.faults.outbox_writer import Outbox, traffic
 from tests.integration.sasl_broker import (
     ADMIN,
     RELAY,

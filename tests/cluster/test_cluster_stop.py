@@ -27,20 +27,10 @@ from tests.cluster.submit import (
     worker_processes,
 )
 from tests.faults.conftest import Scenario
-from tests.faults.harness import (
-    Outbox,
-    _group_alive,
-    create_topics,
-    outbox_count,
-    outbox_ids,
-    read_all,
-    relays,
-    scalar,
-    traffic,
-    unique,
-    verdict,
-    wait_until,
-)
+from tests.faults.infra import create_topics, outbox_count, outbox_ids, scalar, unique, wait_until
+from tests.faults.oracle import read_all, verdict
+from tests.faults.outbox_writer import Outbox, traffic
+from tests.faults.relay_proc import _group_alive, relays
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 

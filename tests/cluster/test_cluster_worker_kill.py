@@ -32,19 +32,10 @@ from tests.cluster.submit import (
     worker_processes,
 )
 from tests.faults.conftest import Scenario
-from tests.faults.harness import (
-    Outbox,
-    create_topics,
-    outbox_count,
-    query,
-    read_all,
-    relays,
-    scalar,
-    traffic,
-    unique,
-    verdict,
-    wait_until,
-)
+from tests.faults.infra import create_topics, outbox_count, query, scalar, unique, wait_until
+from tests.faults.oracle import read_all, verdict
+from tests.faults.outbox_writer import Outbox, traffic
+from tests.faults.relay_proc import relays
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
