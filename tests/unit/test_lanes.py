@@ -115,7 +115,7 @@ def test_the_lane_hands_its_topics_back_when_it_ends_after_the_round_in_flight()
     assert rounds.in_round.wait(10)
     ender = threading.Thread(target=lane.end)
     ender.start()
-    time.sleep(0.1)
+    ender.join(0.1)  # end() may not return while the round is held
     assert ender.is_alive(), "end() must wait for the round in flight"
     assert lane.split.draining == {"big"}, "a topic mid-round is not the main lane's yet"
     rounds.release.set()
