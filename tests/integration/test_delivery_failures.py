@@ -107,8 +107,8 @@ def test_a_lost_lock_cancels_the_write_in_flight_and_the_rest_is_sent_once(
     writes: list[tuple[list[str], float, float]] = []  # topics, start, end
     init, write = Delivery.__init__, Delivery._write
 
-    def recorded_init(self: Delivery, *args: Any) -> None:
-        init(self, *args)
+    def recorded_init(self: Delivery, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
         deliveries.append(self)
 
     def timed_write(self: Delivery, topics: list[str], id_range: Any) -> None:
