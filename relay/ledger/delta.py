@@ -48,6 +48,7 @@ LEDGER_COLUMNS = (
 LEDGER_POOL = "relay-ledger"
 # The Spark job group of every job of a copy: what a stop cancels (Ledger.cancel_copy).
 COPY_JOB_GROUP = "outbox-relay-ledger"
+AUTO_COMPACT = "spark.databricks.delta.autoCompact.enabled"
 # One staged record: the ledger rows of one session, topic and outcome.
 SESSION_RECORD = ("session_id", "topic", "outcome")
 SessionRecord = tuple[str, str, str]
@@ -122,6 +123,7 @@ class Ledger:
         self.pg = config.postgres
         self.db = db
         self._origin: str | None = None
+        self._compaction: str | None = None  # the session's setting, while a stop holds it
 
     @property
     def origin(self) -> str:
@@ -188,10 +190,21 @@ class Ledger:
     def end_copies(self, cancel: bool) -> None:
         """For a stop: a copy in flight skips auto compaction, a post-commit step of its
         write that a later copy does as well (and took 14-19 s in bench/, SOAK); with
-        `cancel`, its Spark jobs are cancelled. Callable from any thread."""
-        self.spark.conf.set("spark.databricks.delta.autoCompact.enabled", "false")
+        `cancel`, its Spark jobs are cancelled. Callable from any thread; `resume` undoes
+        it once the copy has ended."""
+        if self._compaction is None:
+            self._compaction = self.spark.conf.get(AUTO_COMPACT, "true")
+        self.spark.conf.set(AUTO_COMPACT, "false")
         if cancel:
             self.spark.sparkContext.cancelJobGroup(COPY_JOB_GROUP)
+
+    def resume(self) -> None:
+        """Gives the session back its auto compaction: the setting is the whole Spark
+        session's, which outlives this relay where a session is shared (a notebook, the
+        tests), and the next writer's tables would not be compacted."""
+        if self._compaction is not None:
+            self.spark.conf.set(AUTO_COMPACT, self._compaction)
+            self._compaction = None
 
     def staged_count(self) -> tuple[int, int]:
         return staging.staged_count(self.db)

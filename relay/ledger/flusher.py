@@ -120,7 +120,8 @@ class LedgerFlusher:
             self._join(None)
             self.flush_once()
             return
-        if self._thread.is_alive():
+        ending = self._thread.is_alive()
+        if ending:
             self._ledger.end_copies(cancel=False)
         if not self._join(_STOP_WAIT_S):
             log.warning("ledger: the copy in flight did not end within %.0f s of the stop; "
@@ -128,6 +129,8 @@ class LedgerFlusher:
                         _STOP_WAIT_S)
             self._ledger.end_copies(cancel=True)
             self._join(_CANCEL_WAIT_S)
+        if ending:
+            self._ledger.resume()
         self._say_what_stays()
 
     def _join(self, timeout: float | None) -> bool:

@@ -8,6 +8,7 @@ by both readers.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 import pytest
@@ -15,7 +16,9 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from relay.config.load import build_config
+from relay.control.db import Database
 from relay.launch.spark import base_conf
+from relay.ledger.delta import AUTO_COMPACT, Ledger
 
 pytestmark = pytest.mark.spark
 
@@ -80,3 +83,19 @@ def _sizes(path: str) -> dict[str, int]:
     """The snapshot's files and their sizes, from the Delta log (deltalake's reader)."""
     actions = pa.table(DeltaTable(path).get_add_actions(flatten=True))
     return dict(zip(actions["path"].to_pylist(), actions["size_bytes"].to_pylist(), strict=True))
+
+
+def test_a_stop_s_pause_of_compaction_is_the_session_s_again_once_the_copy_ended(
+    spark: SparkSession,
+) -> None:
+    """A stop turns auto compaction off for the copy in flight. The setting belongs to the
+    whole session, which outlives the relay where it is shared (a notebook, this test
+    session, whose next Delta writes went uncompacted)."""
+    ledger = Ledger(spark, build_config({"spark": {"resolve_packages": False}}, env={}),
+                    cast(Database, None))
+    before = spark.conf.get(AUTO_COMPACT)
+    ledger.end_copies(cancel=False)
+    assert spark.conf.get(AUTO_COMPACT) == "false"
+    ledger.end_copies(cancel=False)  # a second call (the cancel) keeps the first value
+    ledger.resume()
+    assert spark.conf.get(AUTO_COMPACT) == before == "true"

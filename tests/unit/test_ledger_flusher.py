@@ -138,6 +138,7 @@ class _CopyInFlight:
         self.ended = threading.Event()
         self.staged = staged
         self.cancelled = self.compaction_skipped = False
+        self.resumed_after_end: bool | None = None  # None: never resumed
         self.stopping_seen: list[bool] = []
 
     def flush(self, stopping: Callable[[], bool] = lambda: False) -> int:
@@ -150,6 +151,9 @@ class _CopyInFlight:
     def end_copies(self, cancel: bool) -> None:
         self.compaction_skipped = True
         self.cancelled = self.cancelled or cancel
+
+    def resume(self) -> None:
+        self.resumed_after_end = self.ended.is_set()
 
     def staged_count(self) -> tuple[int, int]:
         return self.staged
@@ -170,6 +174,7 @@ def test_a_stop_signal_waits_for_the_copy_in_flight_and_says_what_stays(
     copier.stop(copy_now=False)
     assert ledger.ended.is_set(), "the stop returned while the copy was in flight"
     assert ledger.stopping_seen == [True] and ledger.compaction_skipped
+    assert ledger.resumed_after_end, "compaction is the session's again once the copy ended"
     assert not ledger.cancelled
     said = [r.getMessage() for r in caplog.records if "stay in PostgreSQL" in r.getMessage()]
     assert said == ["ledger: 3 staged records (120 messages) stay in PostgreSQL; the next "
