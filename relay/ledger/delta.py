@@ -123,7 +123,7 @@ class Ledger:
         self.pg = config.postgres
         self.db = db
         self._origin: str | None = None
-        self._compaction: str | None = None  # the session's setting, while a stop holds it
+        self._paused = False  # a stop turned the session's auto compaction off
 
     @property
     def origin(self) -> str:
@@ -192,8 +192,7 @@ class Ledger:
         write that a later copy does as well (and took 14-19 s in bench/, SOAK); with
         `cancel`, its Spark jobs are cancelled. Callable from any thread; `resume` undoes
         it once the copy has ended."""
-        if self._compaction is None:
-            self._compaction = self.spark.conf.get(AUTO_COMPACT, "true")
+        self._paused = True
         self.spark.conf.set(AUTO_COMPACT, "false")
         if cancel:
             self.spark.sparkContext.cancelJobGroup(COPY_JOB_GROUP)
@@ -202,9 +201,12 @@ class Ledger:
         """Gives the session back its auto compaction: the setting is the whole Spark
         session's, which outlives this relay where a session is shared (a notebook, the
         tests), and the next writer's tables would not be compacted."""
-        if self._compaction is not None:
-            self.spark.conf.set(AUTO_COMPACT, self._compaction)
-            self._compaction = None
+        if self._paused:
+            # The session's own setting, not a value read before the pause: two relays of
+            # one session that stop together would hand each other "false".
+            configured = self.spark.sparkContext.getConf().get(AUTO_COMPACT, "true")
+            self.spark.conf.set(AUTO_COMPACT, configured)
+            self._paused = False
 
     def staged_count(self) -> tuple[int, int]:
         return staging.staged_count(self.db)
