@@ -134,6 +134,10 @@ class LedgerConfig(_Model):
     # An available-now drain copies at its end, and while it runs only this often.
     drain_flush_interval_s: float = Field(600.0, gt=0)
     retention_hours: int = Field(24 * 30, ge=168)
+    # Who writes the copies: delta-rs in the driver's Python process (no JVM work beside
+    # the rounds; relay.ledger.delta_rs), or Delta's Spark writer. `auto`: delta-rs for a
+    # local path, Spark for object storage and dbfs:/ (Databricks).
+    writer: Literal["auto", "spark", "delta-rs"] = "auto"
 
 
 class TopicRule(_Model):

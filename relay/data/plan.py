@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -24,6 +25,12 @@ from relay.errors import ConfigError
 from relay.rules.topic_rules import rule_for
 
 IdRange = tuple[int, int]
+# A batch of at most this many rows is read by one task. Each task of a write opens its
+# own JDBC connection and takes a producer: on two cores a write of no rows cost 214 ms
+# of the driver JVM's CPU with two read tasks and 113 ms with one, and a relay under
+# 500 msg/s writes several small batches a second. A bigger batch is split
+# (`relay.read_partitions`) so that its tasks read and send in parallel.
+ONE_TASK_ROWS = 10_000
 
 
 class RecordPlan:
@@ -34,10 +41,16 @@ class RecordPlan:
         # The transformed topics seen this session: the plain branch's filter names them.
         self._seen_transformed: set[str] = set()
         # Whole-batch plans by (plain topics present, transforms present).
-        self._plans: dict[tuple[bool, frozenset[str]], DataFrame] = {}
+        self._plans: dict[tuple[bool, frozenset[str], int], DataFrame] = {}
         self._counter: RowCounter | None = None
         # The rules never change in a session; every write asks for each of its topics.
         self._transform_of: dict[str, str | None] = {}
+        # Whole plans without a transform, planned once: id(plan) -> (plan, its RDD).
+        self._planned: dict[int, tuple[DataFrame, Any]] = {}
+
+    def twin(self, suffix: str) -> RecordPlan:
+        """The same plan for the token `token + suffix`."""
+        return RecordPlan(self._spark, self._config, f"{self._token}{suffix}")
 
     def transform_of(self, topic: str) -> str | None:
         if topic not in self._transform_of:
@@ -45,11 +58,17 @@ class RecordPlan:
             self._transform_of[topic] = rule.transform
         return self._transform_of[topic]
 
+    def partitions_for(self, rows: int | None) -> int:
+        """Read tasks for a batch of `rows` rows (None: not known, the profile's split)."""
+        small = rows is not None and rows <= ONE_TASK_ROWS
+        return 1 if small else self._config.relay.read_partitions
+
     def records(self, topics: Collection[str], ids: IdRange | None = None, *,
-                whole: bool = True) -> DataFrame:
+                whole: bool = True, rows: int | None = None) -> DataFrame:
         """The records of this relay's current batch, whose topics are `topics`: all of
         them (`whole`), or (bisection and isolation, whose plans serve one write) only
-        those of `topics`, with ids in `ids` when given.
+        those of `topics`, with ids in `ids` when given. `rows`, the rows claimed, picks
+        the read's split (partitions_for).
 
         A batch without a transformed topic gets the plan it always had: no second read,
         no sort, no Python worker. With one, each transform has a branch of its own, read
@@ -62,12 +81,13 @@ class RecordPlan:
             self._plans.clear()
         specs = frozenset(s for t in topics if (s := self.transform_of(t)) is not None)
         plain = any(self.transform_of(t) is None for t in topics) or not specs
+        partitions = self.partitions_for(rows)
         if whole and ids is None:
-            key = (plain, specs)
+            key = (plain, specs, partitions)
             if key not in self._plans:
-                self._plans[key] = self._build(self._claimed(), plain, specs)
+                self._plans[key] = self._build(self._claimed(partitions), plain, specs)
             return self._plans[key]
-        claimed = self._claimed()
+        claimed = self._claimed(partitions)
         if not whole:
             claimed = claimed.where(F.col("topic").isin(sorted(topics)))
         if ids is not None:
@@ -94,10 +114,29 @@ class RecordPlan:
             parts.insert(0, self._to_records(claimed.where(~F.col("topic").isin(transformed))))
         return functools.reduce(DataFrame.union, parts)
 
-    def _claimed(self) -> DataFrame:
+    def executable(self, records: DataFrame) -> DataFrame:
+        """`records` to write. A whole plan without a transform is optimized and planned
+        once: its RDD reads the current batch afresh at each run (JDBC queries run per
+        job), so later writes skip Catalyst, which cost the driver about 100 ms of CPU a
+        write (several writes a second at a trickle). Anything else is planned by its
+        write, as Spark does; so is every plan where Spark's internals are out of reach."""
+        if not any(records is plan for (_, specs, _), plan in self._plans.items()
+                   if not specs):
+            return records
+        planned = self._planned.get(id(records))
+        try:
+            if planned is None or planned[0] is not records:
+                rdd = records._jdf.queryExecution().toRdd()
+                planned = self._planned[id(records)] = (records, rdd)
+            session = self._spark._jsparkSession
+            jdf = session.internalCreateDataFrame(planned[1], records._jdf.schema(), False)
+        except Exception:  # e.g. a Spark Connect session: no JVM objects to reach
+            return records
+        return DataFrame(jdf, self._spark)
+
+    def _claimed(self, partitions: int) -> DataFrame:
         cfg = self._config
-        return read_current_batch(self._spark, cfg.postgres, self._token,
-                                  cfg.relay.read_partitions)
+        return read_current_batch(self._spark, cfg.postgres, self._token, partitions)
 
     def _to_records(self, claimed: DataFrame) -> DataFrame:
         settings = self._config.relay

@@ -24,6 +24,8 @@ from relay.data.partitioning_arrow import murmur2_partition_col
 from relay.data.read import jdbc_options
 from relay.errors import DatabaseUnavailableError, RelayError
 from relay.ledger import staging
+from relay.ledger.delta_read import is_local
+from relay.ledger.delta_rs import DeltaRsUnsupported, DeltaRsWriter
 from relay.ledger.lookup import LedgerRecord, lookup
 
 log = logging.getLogger(__name__)
@@ -124,6 +126,11 @@ class Ledger:
         self.db = db
         self._origin: str | None = None
         self._paused = False  # a stop turned the session's auto compaction off
+        writer = config.ledger.writer
+        self._auto = writer == "auto"
+        self._rs: DeltaRsWriter | None = None
+        if writer == "delta-rs" or (self._auto and is_local(self.path)):
+            self._rs = DeltaRsWriter(self.path, db, lambda: self.origin)
 
     @property
     def origin(self) -> str:
@@ -169,7 +176,9 @@ class Ledger:
                 return 0
             self._before_write(batch)
             staging.ensure_copy_lock(self.db, backend)
+            log.debug("ledger: copy batch %d: %d rows to write", batch, expected)
             self._write(batch)
+            log.debug("ledger: copy batch %d written", batch)
             missing = missing_rows(records, self._held(batch))
             if missing == 0:
                 staging.remove_batch(self.db, backend, batch)
@@ -222,6 +231,16 @@ class Ledger:
         return explode_staging(staged, self.origin)
 
     def _write(self, copy_batch: int) -> None:
+        if self._rs is not None:
+            try:
+                self._rs.write(copy_batch)
+                return
+            except DeltaRsUnsupported as exc:
+                if not self._auto:
+                    raise
+                # A table delta-spark gave features delta-rs cannot write: Spark from now on.
+                log.warning("ledger: %s; Spark writes the copies from now on", exc)
+                self._rs = None
         (
             self._staged(copy_batch)
             .write.format("delta")
@@ -234,6 +253,8 @@ class Ledger:
 
     def _held(self, copy_batch: int) -> dict[SessionRecord, int]:
         """Rows per staged record that Delta holds under this origin and batch number."""
+        if self._rs is not None:
+            return self._rs.held(copy_batch)
         held = self._mine().where(F.col("copy_batch") == F.lit(copy_batch))
         return {(r["session_id"], r["topic"], r["outcome"]): int(r["rows"])
                 for r in held.transform(session_counts).collect()}
@@ -242,6 +263,8 @@ class Ledger:
         return self.table().where(F.col("origin") == F.lit(self.origin))
 
     def _last_batch_in_delta(self) -> int:
+        if self._rs is not None:
+            return self._rs.last_batch()
         row = self._mine().agg(F.max("copy_batch").alias("last")).first()
         return int(row["last"]) if row and row["last"] is not None else 0
 

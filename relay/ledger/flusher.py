@@ -118,6 +118,7 @@ class LedgerFlusher:
         self._done.set()
         if copy_now:
             self._join(None)
+            log.debug("ledger: the final copy starts")
             self.flush_once()
             return
         ending = self._thread.is_alive()

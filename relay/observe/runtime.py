@@ -12,6 +12,7 @@ row: finish() counts the deleted rows per bucket in SQL (relay.control.claims), 
 
 from __future__ import annotations
 
+import logging
 import platform
 import threading
 import time
@@ -26,6 +27,8 @@ from prometheus_client.registry import Collector
 from relay.config import MetricsConfig
 from relay.observe import OTHER_TOPICS
 from relay.rules.outcomes import Outcome
+
+log = logging.getLogger(__name__)
 
 PHASES = ("lock", "claim", "write", "delete")
 
@@ -165,4 +168,6 @@ class RuntimeMetrics:
         try:
             yield
         finally:
-            self._phase[name].observe(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self._phase[name].observe(elapsed)
+            log.debug("phase %s: %.3f s", name, elapsed)

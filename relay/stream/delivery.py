@@ -24,6 +24,7 @@ from relay.control.kafka_admin import KafkaAdmin
 from relay.control.parking import Parking
 from relay.data.plan import IdRange, RecordPlan
 from relay.data.sink import write_records
+from relay.data.warm_up import warm_up
 from relay.errors import UnreachableError
 from relay.observe.runtime import RuntimeMetrics
 from relay.rules.topic_rules import rule_for
@@ -66,6 +67,10 @@ class Delivery:
         self._batch_topics: frozenset[str] = frozenset()  # those of the batch being sent
         self._sessions: list[Claim] = []  # the sessions of the batch being sent
         self._isolating: dict[str, list[int]] = {}  # topic -> its ids, while isolating
+
+    def warm_up(self) -> None:
+        """Plans the writes and loads what they run, sending nothing (relay.data.warm_up)."""
+        warm_up(self._plan, self._kafka)
 
     def lock_lost(self, topics: set[str]) -> None:
         """Thread-safe: `topics` are no longer ours. Nothing more is sent for them in
@@ -219,11 +224,12 @@ class Delivery:
 
     def _write(self, topics: list[str], ids: IdRange | None) -> None:
         whole = ids is None and frozenset(topics) == self._batch_topics
-        records = self._plan.records(topics, ids, whole=whole)
+        rows = sum(c.rows for c in self._sessions if c.topic in topics)
+        records = self._plan.records(topics, ids, whole=whole, rows=rows)
         transformed = sorted(t for t in topics if self._plan.transform_of(t) is not None)
         if transformed:
             self._plan.counter.reset()
-        write_records(records, self._kafka)
+        write_records(self._plan.executable(records), self._kafka)
         if transformed:
             specs = sorted({f"{self._plan.transform_of(t)} ({t})" for t in transformed})
             self._plan.counter.verify(self._claimed_rows(transformed, ids),

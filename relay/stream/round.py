@@ -72,6 +72,12 @@ class Round:
         self._written_at = time.monotonic()  # when the last write of a round ended
         # The topics of the last round whose claims stopped at their limit.
         self.backlogged: frozenset[str] = frozenset()
+        # Called as soon as a claim stops at its limit, before the write (the runner
+        # starts the query then: relay.stream.starting).
+        self.on_backlog: Callable[[], None] | None = None
+
+    def warm_up(self) -> None:
+        self._delivery.warm_up()
 
     def run(self, ready: list[str]) -> bool:
         """One round on `ready`; returns whether it locked any topic."""
@@ -138,6 +144,8 @@ class Round:
         with self.metrics.phase("claim"):
             batch = self._claims.claim(limits, settings.batch_size,
                                             settings.max_batch_bytes)
+        if self.on_backlog is not None and any(c.more for c in batch.claims):
+            self.on_backlog()
         for c in batch.claims:
             if c.compacted:  # deleted by the claim, whatever becomes of the write
                 self._count(c.topic, Outcome.COMPACTED, c.compacted)

@@ -26,6 +26,7 @@ from relay.observe.progress import Progress
 from relay.observe.serve import exported
 from relay.stream.batch import BatchProcessor
 from relay.stream.source import SOURCE_NAME, OutboxSource
+from relay.stream.starting import QueryStart, warm_up_in_background
 from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal, forward_jvm_signals
 from relay.wiring import Relay, batch_processor
@@ -112,16 +113,34 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
     failed = False
     stopping = starting = False
     watched = _watched_pid()
+    starter = QueryStart(lambda: start_query(relay, processor, available_now, bound))
     try:
         # One round before Spark's first trigger: starting the query and its source's
-        # Python worker takes seconds, and a (re)started relay should deliver first.
-        processor.run_rounds("start-up round", 0)
-        idle = stop.requested or (bound is not None and _drained(relay, bound))
+        # Python worker takes seconds, and a (re)started relay should deliver first. The
+        # query starts beside it once it is needed (relay.stream.starting).
+        processor.when_backlogged(starter.begin)
+        try:
+            processor.run_rounds("start-up round", 0)
+        except BaseException:
+            starter.abandon()
+            raise
+        processor.when_backlogged(None)
+        if not processor.stats.batches and not stop.requested:
+            # Nothing to send yet: the data plane warms up before the first message
+            # comes (beside a first round with work, the two only took turns on the cores).
+            warm_up_in_background(processor.warm_up, lambda: stop.requested)
         # A stop signal to the process group also reaches the Python worker that starting
         # the query spawns, and fails the start: that is the stop, not a failure.
         starting = True
-        query = None if idle else start_query(relay, processor, available_now, bound)
+        if starter.begun:
+            # Its first batch body may be running rounds already: the main lane's
+            # connection is the body's now.
+            query = starter.result()
+        else:
+            idle = stop.requested or (bound is not None and _drained(relay, bound))
+            query = None if idle else start_query(relay, processor, available_now, bound)
         starting = False
+        log.debug("the streaming query started")
         while query is not None and query.isActive:
             if not stop.requested and not _alive(watched):
                 stop.request("the process that launched the relay is gone")
@@ -131,6 +150,7 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
                     query.stop()
                 break
             query.awaitTermination(1)
+        log.debug("the streaming query ended")
         error = query.exception() if query is not None else None
         failed = error is not None and not _stop_side_effect(stop, stopping, processor, error)
     except Exception as exc:

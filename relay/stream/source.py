@@ -64,6 +64,7 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_poll = 0.0
         self._bound: int | None = None
         self._deadline: float | None = None
+        self._polled = False
 
     def initialOffset(self) -> dict[str, int]:
         return {"tick": 0}
@@ -78,6 +79,12 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._deadline = time.monotonic() + self._config.relay.available_now_deadline_s
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        if not self._polled and self._deadline is None:
+            # Continuous: the first batch body starts at once and keeps polling (its
+            # rounds do, relay.stream.batch), so the first messages after a start wait
+            # for one poll, not for Spark to plan a micro-batch once they are seen.
+            self._polled = True
+            return {"tick": start["tick"] + 1}
         wait = self._poll_s - (time.monotonic() - self._last_poll)
         if wait > 0:
             time.sleep(wait)  # Spark asks ~50 times a second when idle

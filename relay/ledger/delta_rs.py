@@ -1,0 +1,164 @@
+"""The ledger's copy outside the JVM: delta-rs writes a copy batch to a local Delta table.
+
+Why: in a 1M-row drain of the shipped profile, the Spark copy at the drain's end took
+22 s of its 65 s from launch to exit (loading Delta's classes, a JDBC read of staging,
+the Arrow partitioner's Python worker, the write, auto compaction and a read back), and
+a continuous relay's first copy loaded Delta into the JVM during its first minute, on the
+cores its rounds needed. Here the same batch is read with psycopg2, exploded with numpy
+and written by delta-rs in the driver's Python process.
+
+Same contract as the Spark copy (relay.ledger.delta): one Delta commit per copy batch
+carrying the app transaction (the outbox's origin, the batch number); a batch whose
+version the app id already has is not written again; new columns are merged into an
+older ledger; the caller deletes the batch from staging only once `held` counts all its
+rows. The copy lock (relay.ledger.staging) keeps a second copier of the same outbox out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from relay.control.db import Database
+from relay.data.partitioning_arrow import murmur2_partitions
+from relay.errors import RelayError, first_line
+from relay.ledger.delta_read import columns_of, open_table, query, table_uri
+from relay.rules.partitioners import partition_for
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+# One staged record per row: its session's ids with their partitioning bytes (parallel).
+BATCH_ROWS = """
+SELECT session_id::text AS session_id, topic, outcome, source, relayed_at, copy_batch,
+       topic_partitions, partitioner, actor, ids, partitioning_keys
+FROM relay_ledger_staging WHERE copy_batch = %s ORDER BY seq
+"""
+
+SCHEMA = pa.schema([
+    ("topic", pa.string()),
+    ("message_id", pa.int64()),
+    ("outcome", pa.string()),
+    ("session_id", pa.string()),
+    ("source", pa.string()),
+    ("relayed_at", pa.timestamp("us", tz="UTC")),
+    ("copy_batch", pa.int64()),
+    ("origin", pa.string()),
+    ("kafka_partition", pa.int32()),
+    ("topic_partitions", pa.int32()),
+    ("partitioner", pa.string()),
+    ("actor", pa.string()),
+])
+# The per-record columns, repeated over each record's ids.
+_RECORD_COLUMNS = ("topic", "outcome", "session_id", "source", "relayed_at", "copy_batch",
+                   "topic_partitions", "partitioner", "actor")
+# A copy leaves one small file; past this many files the table is compacted (what Delta's
+# auto compaction does for the Spark copy), so the table stays cheap to read.
+COMPACT_FILES = 64
+
+
+def exploded(records: list[dict[str, Any]], origin: str) -> pa.Table:
+    """One ledger row per message of the staged records, with the Spark copy's columns
+    and partitions (relay.ledger.delta.explode_staging; a test pins the two together)."""
+    counts = np.array([len(r["ids"]) for r in records], dtype=np.int64)
+    columns: dict[str, pa.Array] = {}
+    for name in _RECORD_COLUMNS:
+        values = pa.array([r[name] for r in records], type=SCHEMA.field(name).type)
+        columns[name] = values.take(pa.array(np.repeat(np.arange(len(records)), counts)))
+    ids = [i for r in records for i in r["ids"]]
+    keys = [None if k is None else bytes(k)
+            for r in records
+            for k in (r["partitioning_keys"] or [None] * len(r["ids"]))]
+    columns["message_id"] = pa.array(ids, type=pa.int64())
+    columns["origin"] = pa.array([origin] * len(ids), type=pa.string())
+    columns["kafka_partition"] = _partitions(
+        keys, columns["topic_partitions"], columns["partitioner"])
+    return pa.table([columns[f.name] for f in SCHEMA], schema=SCHEMA)
+
+
+def _partitions(keys: list[bytes | None], counts: pa.Array, partitioners: pa.Array) -> pa.Array:
+    """Each published row's partition by its record's partitioner; NULL where the
+    producer chose (no key) or nothing was recorded. murmur2 is hashed a batch at a time;
+    crc32, Deimos's, row by row: it is rare and zlib does the hashing."""
+    chosen = partitioners.to_numpy(zero_copy_only=False)
+    murmur = murmur2_partitions(pa.array(keys, type=pa.binary()), counts)
+    partition = np.where(chosen == "murmur2", murmur.to_numpy(zero_copy_only=False), np.nan)
+    n = counts.to_numpy(zero_copy_only=False)
+    for i in np.flatnonzero(chosen == "crc32"):
+        key = keys[i]
+        if key is not None and n[i] > 0:
+            partition[i] = partition_for("crc32", key, int(n[i]))
+    known = ~np.isnan(partition)
+    return pa.array(np.nan_to_num(partition).astype(np.int32), type=pa.int32(), mask=~known)
+
+
+class DeltaRsUnsupported(RelayError):
+    """The table has a protocol feature delta-rs does not write."""
+
+
+class DeltaRsWriter:
+    """Writes, counts and finds copy batches in a local Delta ledger with delta-rs."""
+
+    def __init__(self, path: str, db: Database, origin: Callable[[], str]) -> None:
+        self.path = path
+        self._db = db
+        self._origin = origin
+
+    def _table(self) -> DeltaTable | None:
+        return open_table(self.path)
+
+    def write(self, copy_batch: int) -> None:
+        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake.exceptions import DeltaProtocolError
+
+        origin = self._origin()
+        table = self._table()
+        if table is not None and (table.transaction_version(origin) or 0) >= copy_batch:
+            return  # Delta has this version of the app id: skipped, as Delta's Spark writer does
+        records = self._db.all(BATCH_ROWS, (copy_batch,))
+        if not records:
+            return
+        data = exploded(records, origin)
+        merge = table is not None and not set(SCHEMA.names) <= columns_of(table)
+        try:
+            write_deltalake(
+                table if table is not None else table_uri(self.path), data, mode="append",
+                schema_mode="merge" if merge else None,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(origin, copy_batch)]),
+            )
+        except DeltaProtocolError as exc:
+            raise DeltaRsUnsupported(f"delta-rs cannot write the ledger at {self.path}: "
+                                     f"{first_line(exc)}") from exc
+        except Exception as exc:  # delta-rs raises its own errors, OSError and pyarrow's
+            raise RelayError(f"ledger: delta-rs could not write copy batch {copy_batch} "
+                             f"to {self.path}: {first_line(exc)}") from exc
+        self._compact_when_due()
+
+    def _compact_when_due(self) -> None:
+        table = self._table()
+        if table is not None and len(table.file_uris()) > COMPACT_FILES:
+            table.optimize.compact()
+
+    def held(self, copy_batch: int) -> dict[tuple[str, str, str], int]:
+        """Rows per staged record that Delta holds under this origin and batch number."""
+        table = self._table()
+        if table is None:
+            return {}
+        # Only integers go into the query's text (relay.ledger.delta_read): the origin is
+        # compared here.
+        origin = self._origin()
+        rows = query(table,
+                     "SELECT origin, session_id, topic, outcome, count(*) AS n FROM ledger "
+                     f"WHERE copy_batch = {copy_batch:d} "
+                     "GROUP BY origin, session_id, topic, outcome",
+                     ("origin", "session_id", "topic", "outcome", "n"))
+        return {(r["session_id"], r["topic"], r["outcome"]): int(r["n"])
+                for r in rows if r["origin"] == origin}
+
+    def last_batch(self) -> int:
+        table = self._table()
+        return int(table.transaction_version(self._origin()) or 0) if table else 0
