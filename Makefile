@@ -50,8 +50,10 @@ $(PROM_DIR)/.fetched:
 faults: setup
 	$(PY) -m pytest tests/faults -m faults $(FAULTS_ARGS)
 
-# The benchmark (issue 4): relay vs a Deimos-faithful peer and the machine's limits.
-# BENCH_ARGS=--quick for a tenth of the data. Writes reports/bench.{json,md} and plots.
+# The benchmark on the shipped profile (conf/local.toml): by default W1, the latency of a
+# new topic (first minute and steady state), CPU, the first message, W3 and W5 in under
+# 20 minutes, on the stack `make demo` uses (reports/bench-default.{json,md}).
+# BENCH_ARGS=--full for the full suite (soak, W4, ...: reports/bench.{json,md} and plots).
 bench: setup
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
 	$(PY) -m bench run $(BENCH_ARGS)

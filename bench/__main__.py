@@ -1,4 +1,6 @@
-"""``python -m bench run [--quick] [--only W1,W3] [--repeat 3] [--no-profile]``.
+"""``python -m bench run [--full] [--quick] [--only W1,W3] [--repeat 3] [--no-profile]``.
+
+Without ``--full``: the default run of bench/day_report.py (``make bench``). With it:
 
 Starts the bench's own local stack, runs the workloads against every contender and
 writes reports/bench.json, reports/bench.md and the plots. ``--quick`` uses about a
@@ -121,6 +123,10 @@ def _bench(args: argparse.Namespace, env: BenchEnv, only: list[str]) -> Bench:
 def run(args: argparse.Namespace) -> int:
     if args.rerun:
         return rerun(args)
+    if not args.full:
+        from bench.day_report import run_default
+
+        return run_default(args, _git()[0])
     only = [w.strip().upper() for w in args.only.split(",")] if args.only else list(ALL)
     started = time.time()
     git, dirty = _git()
@@ -205,8 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run the benchmark and write the report")
+    r.add_argument("--full", action="store_true",
+                   help="the full suite (soak, W4 and the rest); default: the default run "
+                   "(W1, latency, CPU, first message, W3, W5), bench/day_report.py")
     r.add_argument("--quick", action="store_true", help="about a tenth of the data")
-    r.add_argument("--only", help="comma-separated workloads, e.g. W1,W3")
+    r.add_argument("--only", help="comma-separated workloads, e.g. W1,W3 (default run: "
+                   "W1, LAT, FIRST, W3, W5)")
     r.add_argument("--no-profile", action="store_true",
                    help="skip the in-process profiling and EXPLAIN runs")
     r.add_argument("--out", default=str(REPO / "reports"))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 import time
+import tomllib
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,21 @@ REPO = Path(__file__).resolve().parents[1]
 # The bench's stack is its own, so tests others run at the same time don't collide.
 DEFAULT_STACK_DIR = REPO / ".relay-data" / "bench-stack"
 WORK_DIR = REPO / ".relay-data" / "bench"
+
+
+SHIPPED_PROFILE = REPO / "conf" / "local.toml"
+
+
+def shipped_profile() -> dict[str, Any]:
+    """conf/local.toml as data: every workload runs the profile a user runs."""
+    with SHIPPED_PROFILE.open("rb") as f:
+        return tomllib.load(f)
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def stack_dir() -> Path:
@@ -167,19 +184,18 @@ class BenchEnv:
 
     # --- the relay's configuration -----------------------------------------------
     def relay_config(self, url: str, label: str, **sections: dict[str, Any]) -> Config:
-        """A relay profile for one run: private ledger and checkpoint, sections override."""
+        """The shipped profile (conf/local.toml) for one run, with this run's addresses
+        and a private ledger, checkpoint and metrics port; `sections` override (probes
+        only: no workload sets a speed setting, issue 37)."""
         run_dir = self.work / f"{self.tag}-{label}"
         run_dir.mkdir(parents=True, exist_ok=True)
-        data: dict[str, Any] = {
-            "postgres": {"url": url, "sslmode": "disable"},
-            "kafka": {"bootstrap_servers": self.stack.kafka_bootstrap},
-            "ledger": {"path": str(run_dir / "ledger")},
-            "relay": {
-                "source_name": f"bench-{label}",
-                "checkpoint_path": str(run_dir / "checkpoint"),
-            },
-            "spark": {},
-        }
+        data = shipped_profile()
+        data.setdefault("postgres", {})["url"] = url
+        data.setdefault("kafka", {})["bootstrap_servers"] = self.stack.kafka_bootstrap
+        data.setdefault("ledger", {})["path"] = str(run_dir / "ledger")
+        relay = data.setdefault("relay", {})
+        relay.update(source_name=f"bench-{label}", checkpoint_path=str(run_dir / "checkpoint"))
+        data.setdefault("metrics", {})["port"] = free_port()
         for section, values in sections.items():
             data.setdefault(section, {}).update(values)
         return build_config(data, env={})
