@@ -162,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if relaunched is not None:
             return relaunched
         preflight(config)
+        log.debug("start-up: the services answer")
         progress = _progress_stream(args)
         if progress is not None:
             config = _without_spark_progress_bar(config)
@@ -169,7 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from relay.stream.runner import run
         from relay.wiring import build_relay
 
-        relay = build_relay(config, build_session(config))
+        session = build_session(config)
+        log.debug("start-up: the Spark session is ready")
+        relay = build_relay(config, session)
+        log.debug("start-up: the relay is wired")
         # pyspark's SparkContext replaced our SIGINT handler with one that cancels every
         # job and raises KeyboardInterrupt: a SIGINT must stop gracefully, like SIGTERM.
         stop.install()
