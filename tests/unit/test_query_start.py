@@ -1,0 +1,185 @@
+"""The query's start beside the first round (relay.stream.starting), on a fake query (no
+Spark): one start however often a backlog asks, its error raised in the runner's thread,
+and a failing run that stops what started; the warm-up's failure is a warning unless the
+relay is stopping."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import cast
+
+import pytest
+from pyspark.sql.streaming.query import StreamingQuery
+
+from relay.stream import starting
+from relay.stream.starting import QueryStart, warm_up_in_background
+
+# Generous: a loaded machine may be slow to schedule a thread; nothing here waits it out
+# when the code is right.
+JOIN_S = 10.0
+
+
+class _Query:
+    def __init__(self, stop_error: Exception | None = None) -> None:
+        self.stopped = 0
+        self._stop_error = stop_error
+
+    def stop(self) -> None:
+        self.stopped += 1
+        if self._stop_error is not None:
+            raise self._stop_error
+
+
+class _Start:
+    """The start function: counts calls and their threads, may fail, may be held."""
+
+    def __init__(self, query: _Query | None = None, error: BaseException | None = None) -> None:
+        self.query = query or _Query()
+        self.error = error
+        self.calls = 0
+        self.threads: list[str] = []
+        self.release = threading.Event()
+        self.release.set()
+
+    @property
+    def started(self) -> StreamingQuery:
+        """The fake query, as the start function hands it out."""
+        return cast(StreamingQuery, self.query)
+
+    def __call__(self) -> StreamingQuery:
+        self.calls += 1
+        self.threads.append(threading.current_thread().name)
+        assert self.release.wait(JOIN_S)
+        if self.error is not None:
+            raise self.error
+        return self.started
+
+
+def test_a_second_begin_does_not_start_the_query_again() -> None:
+    start = _Start()
+    starter = QueryStart(start)
+    start.release.clear()  # the first start is still running when the second backlog asks
+    starter.begin()
+    starter.begin()
+    start.release.set()
+    starter.begin()
+    assert starter.result() is start.started
+    assert start.calls == 1
+    assert starter.begun
+
+
+def test_the_query_starts_in_a_thread_of_its_own_and_result_returns_it() -> None:
+    start = _Start()
+    starter = QueryStart(start)
+    starter.begin()
+    query = starter.result()
+    assert query is start.started
+    # Beside the round, not in it: the runner's thread goes on with its write meanwhile.
+    assert start.threads == ["relay-query-start"]
+    assert threading.current_thread().name not in start.threads
+    assert starter.result() is query, "asking again gives the same query, no new start"
+    assert start.calls == 1
+
+
+def test_result_is_none_and_nothing_starts_when_never_begun() -> None:
+    start = _Start()
+    starter = QueryStart(start)
+    assert not starter.begun
+    assert starter.result() is None
+    assert start.calls == 0
+
+
+@pytest.mark.parametrize("error", [RuntimeError("the source's worker died"),
+                                   KeyboardInterrupt()])
+def test_the_start_s_error_is_raised_by_result_in_the_caller_s_thread(
+    error: BaseException,
+) -> None:
+    starter = QueryStart(_Start(error=error))
+    starter.begin()
+    with pytest.raises(type(error)) as raised:
+        starter.result()
+    assert raised.value is error
+    with pytest.raises(type(error)):
+        starter.result()  # every ask sees the failure, never a None that looks like idle
+
+
+def test_abandon_stops_a_query_that_started() -> None:
+    start = _Start()
+    starter = QueryStart(start)
+    start.release.clear()
+    starter.begin()
+    # The run failed while the start was still under way: abandon waits for it.
+    releaser = threading.Timer(0.05, start.release.set)
+    releaser.start()
+    starter.abandon()
+    releaser.join(JOIN_S)
+    assert start.query.stopped == 1
+
+
+def test_abandon_swallows_the_start_s_error() -> None:
+    start = _Start(error=RuntimeError("start failed"))
+    starter = QueryStart(start)
+    starter.begin()
+    starter.abandon()  # the run's own error is the one to report: nothing raised here
+    assert start.query.stopped == 0
+
+
+def test_abandon_of_a_start_never_begun_does_nothing() -> None:
+    start = _Start()
+    QueryStart(start).abandon()
+    assert start.calls == 0
+    assert start.query.stopped == 0
+
+
+def test_abandon_logs_a_query_that_would_not_stop(caplog: pytest.LogCaptureFixture) -> None:
+    start = _Start(_Query(stop_error=RuntimeError("py4j gone\nstack")))
+    starter = QueryStart(start)
+    starter.begin()
+    with caplog.at_level(logging.WARNING, logger=starting.__name__):
+        starter.abandon()
+    assert start.query.stopped == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "could not stop the streaming query: py4j gone"]
+
+
+def test_a_failed_warm_up_is_logged_as_a_warning_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def warm_up() -> None:
+        raise RuntimeError("JDBC refused\ntraceback lines")
+
+    with caplog.at_level(logging.DEBUG, logger=starting.__name__):
+        thread = warm_up_in_background(warm_up, lambda: False)
+        thread.join(JOIN_S)
+    assert not thread.is_alive()
+    assert thread.daemon, "a warm-up never holds the process's exit"
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in warnings] == [
+        "the data plane's warm-up failed (the first write will be slower): JDBC refused"]
+
+
+def test_a_warm_up_failing_because_the_relay_stops_says_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def warm_up() -> None:
+        raise RuntimeError("the SparkContext was shut down")
+
+    with caplog.at_level(logging.DEBUG, logger=starting.__name__):
+        thread = warm_up_in_background(warm_up, lambda: True)
+        thread.join(JOIN_S)
+    assert not thread.is_alive()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_warm_up_that_succeeds_runs_once_and_warns_of_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[str] = []
+    with caplog.at_level(logging.DEBUG, logger=starting.__name__):
+        thread = warm_up_in_background(
+            lambda: ran.append(threading.current_thread().name), lambda: False)
+        thread.join(JOIN_S)
+    assert ran == ["relay-warm-up"]
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert "the data plane is warm" in [r.getMessage() for r in caplog.records]
