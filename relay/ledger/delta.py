@@ -81,7 +81,8 @@ def explode_staging(staged: DataFrame, origin: str) -> DataFrame:
     n, partitioner = F.col("topic_partitions"), F.col("partitioner")
     partition = (
         F.when(partitioner == "murmur2", murmur2_partition_col(key, n))
-        .when(partitioner == "crc32", partition_col("crc32", key, n))
+        # No count, no partition: a remainder by 0 fails the whole copy under ANSI mode.
+        .when((partitioner == "crc32") & (n > 0), partition_col("crc32", key, n))
     )
     return exploded.select(
         F.col("topic").cast("string").alias("topic"),

@@ -15,7 +15,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.errors import ArithmeticException
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
@@ -160,8 +159,6 @@ def test_random_sessions_explode_alike_in_both_copies(spark: SparkSession) -> No
         outcome = rng.choice(["published", "published", "compacted", "parked"])
         partitioner = rng.choice(["murmur2", "crc32", None])
         partitions = rng.choice([None, 0, 1, 3, 12])
-        if partitioner == "crc32" and partitions == 0:
-            partitions = None  # the Spark copy fails on it: the xfail test below pins that
         if outcome != "published" or rng.random() < 0.1:
             keys = None
         records.append(_record(f"s-{s}", _ids(next_id, size), outcome=outcome, keys=keys,
@@ -173,11 +170,6 @@ def test_random_sessions_explode_alike_in_both_copies(spark: SparkSession) -> No
     assert rs == sp
 
 
-@pytest.mark.xfail(strict=True, raises=ArithmeticException, reason=(
-    "defect: the Spark copy's crc32 branch (relay.data.partitioning.partition_col, "
-    "`hashed % partitions`) raises REMAINDER_BY_ZERO under Spark 4's ANSI mode for a "
-    "keyed record staged with topic_partitions 0, where delta-rs, murmur2 and the staged "
-    "lookup (relay.ledger.staging.kafka_partition) all give NULL"))
 def test_a_crc32_record_staged_with_zero_partitions_explodes_alike_in_both_copies(
     spark: SparkSession,
 ) -> None:
