@@ -79,12 +79,6 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._deadline = time.monotonic() + self._config.relay.available_now_deadline_s
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        if not self._polled and self._deadline is None:
-            # Continuous: the first batch body starts at once and keeps polling (its
-            # rounds do, relay.stream.batch), so the first messages after a start wait
-            # for one poll, not for Spark to plan a micro-batch once they are seen.
-            self._polled = True
-            return {"tick": start["tick"] + 1}
         wait = self._poll_s - (time.monotonic() - self._last_poll)
         if wait > 0:
             time.sleep(wait)  # Spark asks ~50 times a second when idle
@@ -94,6 +88,14 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except RelayError as exc:
             log.warning("outbox poll failed, will retry: %s", exc)
             work = self._retry_failed_poll()
+        if not self._polled and self._deadline is None:
+            # Continuous: the first batch body starts at once and keeps polling (its
+            # rounds do, relay.stream.batch), so the first messages after a start wait
+            # for one poll, not for Spark to plan a micro-batch once they are seen. The
+            # poll above still ran: its connection is how other relays count this one
+            # (relay.control.pending.RELAYS_POLLING).
+            self._polled = True
+            work = True
         return {"tick": start["tick"] + 1} if work else start
 
     def _retry_failed_poll(self) -> bool:
