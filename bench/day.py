@@ -81,19 +81,14 @@ def spark_submit(stack: Stack, *args: str, log_path: Path) -> subprocess.Popen[b
                             start_new_session=True)
 
 
-def end_offsets(stack: Stack, topics: list[str]) -> int:
-    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": "bench-offsets"})
-    try:
-        from confluent_kafka import TopicPartition
+def end_offsets(consumer: Consumer, topics: list[str]) -> int:
+    """The sum of the end offsets of `topics`, by one consumer kept for the whole watch
+    (a new one per sample cost the machine CPU beside the contenders)."""
+    from confluent_kafka import TopicPartition
 
-        total = 0
-        meta = consumer.list_topics(timeout=10).topics
-        for t in topics:
-            for p in meta[t].partitions:
-                total += consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
-        return total
-    finally:
-        consumer.close()
+    meta = consumer.list_topics(timeout=10).topics
+    return sum(consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
+               for t in topics for p in meta[t].partitions)
 
 
 def watch_delivery(stack: Stack, topics: list[str], expected: int, t0: float,
@@ -101,16 +96,20 @@ def watch_delivery(stack: Stack, topics: list[str], expected: int, t0: float,
     """(first, last): seconds after t0 when Kafka first held a record of `topics`, and when
     it held `expected` records."""
     first = last = None
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": "bench-offsets"})
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        n = end_offsets(stack, topics)
-        now = time.time() - t0
-        if n and first is None:
-            first = now
-        if n >= expected:
-            last = now
-            break
-        time.sleep(0.1)
+    try:
+        while time.monotonic() < deadline:
+            n = end_offsets(consumer, topics)
+            now = time.time() - t0
+            if n and first is None:
+                first = now
+            if n >= expected:
+                last = now
+                break
+            time.sleep(0.1)
+    finally:
+        consumer.close()
     return first, last
 
 

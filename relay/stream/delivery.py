@@ -23,7 +23,7 @@ from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin
 from relay.control.parking import Parking
 from relay.data.plan import IdRange, RecordPlan
-from relay.data.sink import write_records
+from relay.data.sink import batching_for, write_records
 from relay.data.warm_up import warm_up
 from relay.errors import UnreachableError
 from relay.observe.runtime import RuntimeMetrics
@@ -224,12 +224,13 @@ class Delivery:
 
     def _write(self, topics: list[str], ids: IdRange | None) -> None:
         whole = ids is None and frozenset(topics) == self._batch_topics
-        rows = sum(c.rows for c in self._sessions if c.topic in topics)
-        records = self._plan.records(topics, ids, whole=whole, rows=rows)
+        sessions = [c for c in self._sessions if c.topic in topics]
+        records = self._plan.records(topics, ids, whole=whole, rows=sum(c.rows for c in sessions))
         transformed = sorted(t for t in topics if self._plan.transform_of(t) is not None)
         if transformed:
             self._plan.counter.reset()
-        write_records(self._plan.executable(records), self._kafka)
+        kafka = batching_for(self._kafka, sum(c.partitions or 1 for c in sessions))
+        write_records(self._plan.executable(records), kafka)
         if transformed:
             specs = sorted({f"{self._plan.transform_of(t)} ({t})" for t in transformed})
             self._plan.counter.verify(self._claimed_rows(transformed, ids),
