@@ -1,6 +1,6 @@
 """``python -m bench run [--full] [--quick] [--only W1,W3] [--repeat 3] [--no-profile]``.
 
-Without ``--full``: the default run of bench/day_report.py (``make bench``). With it:
+Without ``--full``: the default run of bench/default/report.py (``make bench``). With it:
 
 Starts the bench's own local stack, runs the workloads against every contender and
 writes reports/bench.json, reports/bench.md and the plots. ``--quick`` uses about a
@@ -25,10 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import DRIVER_MEMORY, Scale
-from bench.context import Bench
+from bench.context import bench_for
 from bench.env import BenchEnv
-from bench.plan import make_plan
-from bench.probes.outside import OutsideCpu
 from bench.probes.profiles import Profiles
 from bench.probes.quiet import check_quiet
 from bench.repeat import SPOIL_CORES
@@ -89,7 +87,7 @@ def rerun(args: argparse.Namespace) -> int:
     quiet = check_quiet(args.force)
     load_start = [round(x, 2) for x in os.getloadavg()]
     env = BenchEnv.start()
-    bench = _bench(args, env, only)
+    bench = bench_for(args, env, only)
     workloads = Workloads(bench)
     for name in only:
         results["workloads"][name] = [o.to_json() for o in getattr(workloads, name.lower())()]
@@ -110,21 +108,11 @@ def rerun(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(args: argparse.Namespace, env: BenchEnv, only: list[str]) -> Bench:
-    """The run's shared state, its time plan printed (and kept in the report)."""
-    plan = make_plan(only, args.repeat, args.quick, not args.no_profile and not args.rerun,
-                     args.budget_min * 60)
-    print("[bench] time plan:\n  " + "\n  ".join(plan.lines()), flush=True)
-    return Bench(env, Scale(quick=args.quick, repeat=args.repeat), reruns=args.reruns,
-                 spoil_cores=args.spoil_cores, outside=OutsideCpu().start(),
-                 plan=plan.to_json())
-
-
 def run(args: argparse.Namespace) -> int:
     if args.rerun:
         return rerun(args)
     if not args.full:
-        from bench.day_report import run_default
+        from bench.default.report import run_default
 
         return run_default(args, _git()[0])
     only = [w.strip().upper() for w in args.only.split(",")] if args.only else list(ALL)
@@ -132,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     git, dirty = _git()
     quiet = check_quiet(args.force)
     env = BenchEnv.start()
-    bench = _bench(args, env, only)
+    bench = bench_for(args, env, only)
     scale = bench.scale
     results: dict[str, Any] = {
         "meta": {
@@ -213,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="run the benchmark and write the report")
     r.add_argument("--full", action="store_true",
                    help="the full suite (soak, W4 and the rest); default: the default run "
-                   "(W1, latency, CPU, first message, W3, W5), bench/day_report.py")
+                   "(W1, latency, CPU, first message, W3, W5), bench/default/report.py")
     r.add_argument("--quick", action="store_true", help="about a tenth of the data")
     r.add_argument("--only", help="comma-separated workloads, e.g. W1,W3 (default run: "
                    "W1, LAT, FIRST, W3, W5)")

@@ -3,6 +3,7 @@ the rule for re-running a spoiled window (bench/repeat.py)."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any
 
 from bench.common import PROFILES, Outcome, Scale, log
 from bench.env import BenchEnv
+from bench.plan import make_plan
 from bench.probes.outside import OutsideCpu
 from bench.repeat import SPOIL_CORES, run_measured, spoiled
 from relay.config import Config
@@ -61,3 +63,14 @@ class Bench:
         if rep is not None:
             outcome.extra["rep"] = rep
         return outcome
+
+
+def bench_for(args: argparse.Namespace, env: BenchEnv, only: list[str]) -> Bench:
+    """A run's shared state from `python -m bench run`'s arguments, its time plan printed
+    (and kept in the report)."""
+    plan = make_plan(only, args.repeat, args.quick, not args.no_profile and not args.rerun,
+                     args.budget_min * 60)
+    print("[bench] time plan:\n  " + "\n  ".join(plan.lines()), flush=True)
+    return Bench(env, Scale(quick=args.quick, repeat=args.repeat), reruns=args.reruns,
+                 spoil_cores=args.spoil_cores, outside=OutsideCpu().start(),
+                 plan=plan.to_json())

@@ -1,5 +1,5 @@
 """CPU seconds of a running process tree over a window inside a run: the relay's driver
-JVM, its Python and the Python workers they start (bench/day.py's CPU at 500 msg/s and
+JVM, its Python and the Python workers they start (bench/default/run.py's CPU at 500 msg/s and
 idle). RUSAGE_CHILDREN (bench/probes/cpu.py) only counts a tree once it has exited."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`make bench`: the default run (bench/day.py plus W3 and W5), its targets and report.
+"""`make bench`: the default run (bench/default/run.py plus W3 and W5), its targets and report.
 
 Writes reports/bench-default.json and reports/bench-default.md. The full suite (the
 soak, W4 and the rest) is `python -m bench run --full`.
@@ -11,12 +11,14 @@ import datetime as dt
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import relay.stack
-from bench.common import REPO, log
-from bench.day import Stack, run_day
+from bench.common import REPO, log, sys_load
+from bench.default.latency import LAT_WINDOW_S, latency_run
+from bench.default.run import Stack, first_message, w1
 from bench.probes.quiet import check_quiet
 from relay.config.load import build_config
 from relay.control.db import Database
@@ -85,7 +87,7 @@ def _ratio_of(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
 def _more(args: argparse.Namespace) -> Any:
     """W3 and W5 through the full suite's workloads, once each, on the shipped profile.
     The bench's stack starts when the first of them does, not beside W1's runs."""
-    from bench.__main__ import _bench
+    from bench.context import bench_for
     from bench.env import BenchEnv
     from bench.workloads.suite import Workloads
 
@@ -94,11 +96,30 @@ def _more(args: argparse.Namespace) -> Any:
     def run(name: str) -> Any:
         if not started:
             args.repeat, args.quick, args.no_profile, args.rerun = 1, False, True, False
-            started.append(Workloads(_bench(args, BenchEnv.start(), ["W3", "W5"])))
+            started.append(Workloads(bench_for(args, BenchEnv.start(), ["W3", "W5"])))
         outcomes = [o.to_json() for o in getattr(started[0], name.lower())()]
         return _ratio_of(outcomes) if name == "W3" else {"outcomes": outcomes}
 
     return run
+
+
+def run_day(stack: Stack, work: Path, parts: list[str],
+            more: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"load_start": sys_load()}
+    if "W1" in parts:
+        results["W1"] = w1(stack, work)
+    if "LAT" in parts:
+        results["LAT1000"] = latency_run(stack, work, 1000, 2 * LAT_WINDOW_S)
+        results["LAT500"] = latency_run(stack, work, 500, 2 * LAT_WINDOW_S,
+                                        cpu_window=(35.0, 130.0))
+    if "FIRST" in parts:
+        results["FIRST"] = first_message(stack, work)
+    for name in ("W3", "W5"):
+        if name in parts and more is not None:
+            results[name] = more(name)
+    results["load_end"] = sys_load()
+    return results
 
 
 def run_default(args: argparse.Namespace, git: str) -> int:
