@@ -131,8 +131,11 @@ class LedgerConfig(_Model):
     # about 2.5 s beside the rounds, and every minute of a steady load holds one, where
     # copies every 120 s left some minutes with a copy and some without (bench/, SOAK).
     flush_interval_s: float = Field(60.0, gt=0)
-    # An available-now drain copies at its end, and while it runs only this often.
-    drain_flush_interval_s: float = Field(600.0, gt=0)
+    # An available-now drain copies at its end, and while it runs this often. Unset: every
+    # 2 s when delta-rs copies (a round's records take a fraction of a second in the
+    # driver's Python, beside the executors' writes, and the copy at the end is then
+    # small), every 600 s when Spark does (its jobs would take the rounds' cores).
+    drain_flush_interval_s: float | None = Field(None, gt=0)
     retention_hours: int = Field(24 * 30, ge=168)
     # Who writes the copies: delta-rs in the driver's Python process (no JVM work beside
     # the rounds; relay.ledger.delta_rs), or Delta's Spark writer. `auto`: delta-rs for a

@@ -134,6 +134,11 @@ class Ledger:
             self._rs = DeltaRsWriter(self.path, db, lambda: self.origin)
 
     @property
+    def in_jvm(self) -> bool:
+        """Whether the copies are Spark jobs (else delta-rs writes them in Python)."""
+        return self._rs is None
+
+    @property
     def origin(self) -> str:
         """This outbox's Delta txnAppId, also recorded in each of its ledger rows."""
         if self._origin is None:

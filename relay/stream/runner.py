@@ -104,11 +104,8 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
         waiting = waiting_up_to(relay.db, bound, TopicFilter(settings.include_topics,
                                                              settings.exclude_topics))
         processor.progress = Progress(progress, waiting)
-    ledger = relay.config.ledger
-    flusher = LedgerFlusher(
-        relay.ledger, ledger.drain_flush_interval_s if available_now else ledger.flush_interval_s,
-        copy_early=not available_now, defer=processor.draining,
-    )
+    flusher = LedgerFlusher.for_run(relay.ledger, relay.config.ledger, available_now,
+                                    processor.draining)
     flusher.start()
     failed = False
     stopping = starting = False

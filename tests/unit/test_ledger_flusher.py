@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from relay.config import LedgerConfig
 from relay.ledger import flusher
+from relay.ledger.delta import Ledger
 from relay.ledger.flusher import Clock, LedgerFlusher
 
 
@@ -197,3 +199,38 @@ def test_a_copy_that_outlasts_the_stop_s_wait_is_cancelled(
     assert ledger.entered.wait(30)
     copier.stop(copy_now=False)
     assert ledger.cancelled and ledger.ended.is_set()
+
+
+class _Writer:
+    """What LedgerFlusher.for_run reads of a Ledger: who writes its copies."""
+
+    def __init__(self, in_jvm: bool) -> None:
+        self.in_jvm = in_jvm
+
+
+def _for_run(in_jvm: bool, available_now: bool, **ledger: Any) -> LedgerFlusher:
+    return LedgerFlusher.for_run(cast(Ledger, _Writer(in_jvm)), LedgerConfig(**ledger),
+                                 available_now, lambda: True)
+
+
+def test_a_drain_that_delta_rs_copies_copies_every_2_s_beside_the_drain_lane() -> None:
+    flusher = _for_run(in_jvm=False, available_now=True)
+    assert flusher._interval_s == 2.0
+    assert not flusher._defer(), "a copy of a drain's rounds does not wait for the lane"
+
+
+def test_a_drain_that_spark_copies_copies_at_its_end_and_waits_for_the_drain_lane() -> None:
+    flusher = _for_run(in_jvm=True, available_now=True)
+    assert flusher._interval_s == 600.0
+    assert flusher._defer()
+
+
+def test_a_continuous_relay_copies_on_its_interval_and_waits_for_the_drain_lane() -> None:
+    for in_jvm in (True, False):
+        flusher = _for_run(in_jvm=in_jvm, available_now=False, flush_interval_s=30)
+        assert flusher._interval_s == 30
+        assert flusher._defer()
+
+
+def test_a_drain_interval_set_in_the_profile_is_kept() -> None:
+    assert _for_run(in_jvm=False, available_now=True, drain_flush_interval_s=60)._interval_s == 60
