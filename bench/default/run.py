@@ -159,11 +159,31 @@ def fill_w1(stack: Stack, label: str) -> list[str]:
     return topics
 
 
+# The peer's select (bench/peer.py RETRIEVE), planned on the table as filled: on a table
+# whose ids follow its physical order PostgreSQL walks the primary key with a filter on
+# the topic, and the peer's W1 took 269.5 s instead of 87.7 s (docs/performance.md).
+PEER_PLAN = ("EXPLAIN SELECT id, topic, message, key, partition_key, headers "
+             "FROM kafka_messages WHERE topic = %s ORDER BY id LIMIT 1000")
+
+
+def peer_plan(stack: Stack, topic: str) -> str:
+    """The first line of the peer select's plan that names an index or a scan."""
+    conn = psycopg2.connect(stack.url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(PEER_PLAN, (topic,))
+            lines = [r[0].strip(" ->") for r in cur.fetchall()]
+    finally:
+        conn.close()
+    return next((line for line in lines if "Scan" in line), lines[0] if lines else "")
+
+
 def w1(stack: Stack, work: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     expected = W1_TOPICS * W1_ROWS_PER_TOPIC
     for name, command in (("relay", None), ("peer", "peer")):
         topics = fill_w1(stack, f"w1-{name}-{uuid.uuid4().hex[:6]}")
+        plan = peer_plan(stack, topics[0])
         load = sys_load()
         t0 = time.time()
         if command is None:
@@ -181,6 +201,7 @@ def w1(stack: Stack, work: Path) -> dict[str, Any]:
         out[name] = {"drain_s": round(drain, 1) if drain else None,
                      "first_record_s": round(first, 1) if first else None,
                      "exit_s": round(exit_s, 1), "exit_code": code, "load_before": load,
+                     "peer_select_plan": plan,
                      **check}
         log(f"W1 {name}: {out[name]}")
     relay, peer = out["relay"], out["peer"]
