@@ -76,7 +76,7 @@ COMPACT_FILES = 64
 def exploded(records: list[dict[str, Any]], origin: str) -> pa.Table:
     """One ledger row per message of the staged records (their `ids` a sequence of ints,
     their `partitioning_keys` one of bytes or None, or None), with the Spark copy's columns
-    and partitions (relay.ledger.delta.explode_staging; a test pins the two together)."""
+    and partitions (relay.ledger.rows.explode_staging; a test pins the two together)."""
     counts = np.array([len(r["ids"]) for r in records], dtype=np.int64)
     columns: dict[str, pa.Array] = {}
     for name in _RECORD_COLUMNS:

@@ -27,7 +27,8 @@ from relay.control.db import Database
 from relay.control.migrate import SCHEMAS_DIR, migrate
 from relay.errors import DatabaseError
 from relay.ledger import staging
-from relay.ledger.delta import LEDGER_COLUMNS, Ledger
+from relay.ledger.delta import Ledger
+from relay.ledger.rows import LEDGER_COLUMNS
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner

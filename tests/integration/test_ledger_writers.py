@@ -26,9 +26,10 @@ import relay.ledger.staging
 from relay.config import Config
 from relay.control.db import Database
 from relay.errors import RelayError
-from relay.ledger.delta import LEDGER_COLUMNS, Ledger
+from relay.ledger.delta import Ledger
 from relay.ledger.delta_rs import DeltaRsWriter
 from relay.ledger.lookup import lookup
+from relay.ledger.rows import LEDGER_COLUMNS
 from relay.rules.partitioners import partition_for
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import query

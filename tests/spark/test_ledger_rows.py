@@ -16,7 +16,7 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
 from relay.data.partitioning import partition_for
-from relay.ledger.delta import LEDGER_COLUMNS, explode_staging
+from relay.ledger.rows import LEDGER_COLUMNS, explode_staging
 from relay.ledger.staging import kafka_partition
 
 pytestmark = pytest.mark.spark

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from relay.data.partitioning import partition_for
 from relay.data.records import KAFKA_RECORD_COLUMNS, in_key_order, to_kafka_records
-from relay.ledger.delta import LEDGER_COLUMNS, explode_staging, missing_rows, session_counts
+from relay.ledger.rows import LEDGER_COLUMNS, explode_staging, missing_rows, session_counts
 
 pytestmark = pytest.mark.spark
 
