@@ -25,12 +25,14 @@ EXECUTOR_MEMORY = "768m"
 def cluster_config(db: ClusterDb, stack: StackInfo, topics: Sequence[str], name: str,
                    bootstrap: str | None = None, **relay: Any) -> Config:
     """A profile whose ledger and checkpoint are relative paths: the driver resolves them
-    against its own working directory, which no executor shares. Read in more tasks than
-    one executor has cores, so both executors get work."""
+    against its own working directory, which no executor shares. The ledger is copied by
+    Spark (`ledger.writer = "spark"`), whose tasks run in the executors: `auto` would
+    copy it with delta-rs in the driver, and a claim of at most ONE_TASK_ROWS rows is
+    read by one task, so without the copies one worker could be left without a task."""
     return relay_config(
         db.relay_url, bootstrap or stack.kafka_bootstrap, Path("."), topics=topics,
         source_name=name,
-        ledger={"path": "ledger"},
+        ledger={"path": "ledger", "writer": "spark"},
         relay={"checkpoint_path": "checkpoint", "read_partitions": 4,
                "lock_timeout_s": 20, "heartbeat_interval_s": 2, **relay},
         spark={"app_name": f"relay-cluster-{name}-{uuid.uuid4().hex[:6]}",
