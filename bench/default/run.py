@@ -9,9 +9,9 @@ same: end offsets and records), never from the relay's own counts.
 
 - W1: 10 topics of 3 partitions x 100,000 messages of 1 KB, 10,000 keys, two thirds with
   `partition_key` equal to the key; one connection, 500-row transactions, topics
-  interleaved, then VACUUM ANALYZE. The relay, then the peer (bench/peer.py), each on a
-  fresh copy of the backlog. `drain_s`: first record in Kafka to the last; `exit_s`:
-  launch to process exit (the final ledger copy included).
+  interleaved, into a table with a history (fill_w1), then VACUUM ANALYZE. The relay,
+  then the peer (bench/peer.py), each on a fresh copy of the backlog. `drain_s`: first
+  record in Kafka to the last; `exit_s`: launch to process exit (the final ledger copy included).
 - LAT: 1,000 msg/s in 10-row transactions on a topic the relay never wrote to, from 15 s
   to 135 s after launch: the first minute (inserted 15-75 s after launch) and the
   steady state (75-135 s) apart. Then 500 msg/s the same way, for the CPU of the
@@ -141,16 +141,34 @@ def read_back(stack: Stack, topics: list[str], expected: int) -> dict[str, int]:
 
 
 def fill_w1(stack: Stack, label: str) -> list[str]:
+    """W1's backlog, written as an outbox with a history receives one: the first half
+    while the previous backlog (a topic no contender serves) still fills the table's
+    front, the second half after that one was deleted and vacuumed, into the space it
+    freed. So the ids do not follow the table's physical order (their correlation is
+    about -0.5), as on a database that has held and deleted rows while it was written
+    to; on a table written in id order, PostgreSQL plans the peer's select on the
+    primary key and the peer's W1 takes three times as long (docs/performance.md)."""
     topics = [f"bench.{label}.t{i}" for i in range(W1_TOPICS)]
     stack.create_topics(topics, W1_PARTITIONS)
+    total = W1_TOPICS * W1_ROWS_PER_TOPIC
     conn = psycopg2.connect(stack.url)
     try:
         with conn.cursor() as cur:
-            total = W1_TOPICS * W1_ROWS_PER_TOPIC
-            for lo in range(0, total, W1_TX_ROWS):
-                cur.execute(FILL, {"topics": topics, "ntopics": W1_TOPICS, "nkeys": W1_KEYS,
-                                   "lo": lo, "hi": lo + W1_TX_ROWS - 1})
-                conn.commit()
+            def write(lo: int, hi: int, into: list[str]) -> None:
+                for first in range(lo, hi, W1_TX_ROWS):
+                    cur.execute(FILL, {"topics": into, "ntopics": len(into), "nkeys": W1_KEYS,
+                                       "lo": first, "hi": first + W1_TX_ROWS - 1})
+                    conn.commit()
+
+            history = [f"bench.{label}.history"]
+            write(0, total // 2, history)
+            write(0, total // 2, topics)
+            cur.execute("DELETE FROM kafka_messages WHERE topic = %s", history)
+            conn.commit()
+            conn.autocommit = True
+            cur.execute("VACUUM kafka_messages")
+            conn.autocommit = False
+            write(total // 2, total, topics)
         conn.autocommit = True
         with conn.cursor() as cur:
             cur.execute("VACUUM ANALYZE kafka_messages")
