@@ -15,7 +15,7 @@ import psycopg2
 import psycopg2.extras
 from confluent_kafka import Consumer
 
-from bench.common import log, sys_load
+from bench.common import log
 from bench.default.cpu_tree import TreeCpu
 from bench.default.run import Stack, spark_submit
 
@@ -79,7 +79,7 @@ def latency_run(stack: Stack, work: Path, rate: int, seconds: float,
     stop = threading.Event()
     reader = threading.Thread(target=_receiver, args=(stack, topic, received, stop))
     reader.start()
-    load = sys_load()
+    load = stack.settled()
     t0 = time.time()
     proc = spark_submit(stack, log_path=work / f"lat-{rate}.log")
     cpu = TreeCpu(proc.pid)

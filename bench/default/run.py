@@ -38,6 +38,7 @@ from confluent_kafka import Consumer, KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.common import REPO, log, sys_load
+from bench.probes.quiet import settle
 
 W1_TOPICS, W1_ROWS_PER_TOPIC, W1_KEYS, W1_PARTITIONS, W1_TX_ROWS = 10, 100_000, 10_000, 3, 500
 
@@ -59,6 +60,19 @@ class Stack:
 
     def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def settled(self) -> dict[str, Any]:
+        """Waits until the machine is settled (bench.probes.quiet.settle); what it found."""
+        def vacuuming() -> bool:
+            conn = psycopg2.connect(self.url)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT count(*) FROM pg_stat_progress_vacuum")
+                    return bool(cur.fetchone()[0])
+            finally:
+                conn.close()
+
+        return {**settle(vacuuming), "load": sys_load()}
 
     def create_topics(self, topics: list[str], partitions: int) -> None:
         admin = self.admin()  # held until the futures resolve: its end cancels them
@@ -206,7 +220,7 @@ def w1(stack: Stack, work: Path) -> dict[str, Any]:
     for name, command in (("relay", None), ("peer", "peer")):
         topics = fill_w1(stack, f"w1-{name}-{uuid.uuid4().hex[:6]}")
         plan = peer_plan(stack, topics[0])
-        load = sys_load()
+        load = stack.settled()
         t0 = time.time()
         if command is None:
             proc = spark_submit(stack, "--available-now", log_path=work / "w1-relay.log")
@@ -243,10 +257,11 @@ def first_message(stack: Stack, work: Path) -> dict[str, Any]:
             cur, "INSERT INTO kafka_messages (topic, key, message) VALUES %s",
             [(topic, f"k{i}".encode(), b"{}") for i in range(100)])
     conn.close()
+    load = stack.settled()
     t0 = time.time()
     proc = spark_submit(stack, "--available-now", log_path=work / "first.log")
     first, _ = watch_delivery(stack, [topic], 1, t0, 120)
     proc.wait(120)
-    result = {"launch_to_first_s": round(first, 2) if first else None}
+    result = {"launch_to_first_s": round(first, 2) if first else None, "load_before": load}
     log(f"FIRST: {result}")
     return result

@@ -11,6 +11,8 @@ average cannot tell, since a contender alone loads both cores.)
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +71,35 @@ def check_quiet(force: bool) -> dict[str, Any]:
                        + "; ".join(reasons))
     return {"load1": load1, "rivals": rivals, "forced": bool(reasons) and force,
             "why_forced": reasons if force else []}
+
+
+# Before each contender of the default run: the machine's CPU at most this busy over one
+# window, and no vacuum running. A drain of a million rows leaves autovacuum busy on the
+# table for a minute or more, and a fill leaves the load average high for as long, while
+# the next contender's first minute is what is measured.
+SETTLED_BUSY, SETTLE_WINDOW_S, SETTLE_MAX_S = 0.25, 5.0, 240.0
+
+
+def cpu_busy(seconds: float, stat: Path = Path("/proc/stat")) -> float:
+    """The share of the machine's CPU time that was not idle over the next `seconds`."""
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in stat.read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields), idle
+
+    total_a, idle_a = sample()
+    time.sleep(seconds)
+    total_b, idle_b = sample()
+    return 1.0 - (idle_b - idle_a) / max(1, total_b - total_a)
+
+
+def settle(vacuuming: Callable[[], bool]) -> dict[str, float]:
+    """Wait (at most SETTLE_MAX_S) until the CPU is settled and nothing vacuums; the
+    wait and the last window's busy share go in the report."""
+    started = time.monotonic()
+    busy = 1.0
+    while time.monotonic() - started < SETTLE_MAX_S:
+        busy = cpu_busy(SETTLE_WINDOW_S)
+        if busy <= SETTLED_BUSY and not vacuuming():
+            break
+    return {"waited_s": round(time.monotonic() - started, 1), "busy": round(busy, 3)}

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.probes.quiet import rival_processes
+import pytest
+
+from bench.probes.quiet import cpu_busy, rival_processes
 
 
 def _proc(root: Path, pid: int, ppid: int, *argv: str) -> None:
@@ -26,3 +28,14 @@ def test_rivals_are_found_and_the_own_tree_is_not(tmp_path: Path) -> None:
     (tmp_path / "self").mkdir()
     found = rival_processes(tmp_path, own=30)
     assert sorted(line.split(":")[0] for line in found) == ["40", "50"]
+
+
+def test_cpu_busy_is_the_share_of_non_idle_time_between_two_samples(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stat = tmp_path / "stat"
+    # user nice system idle iowait ...: 100 jiffies pass, 30 of them idle or iowait.
+    samples = iter(["cpu  100 0 50 800 50 0 0 0 0 0\n", "cpu  150 0 70 820 60 0 0 0 0 0\n"])
+    stat.write_text(next(samples))
+    monkeypatch.setattr("bench.probes.quiet.time.sleep",
+                        lambda _s: stat.write_text(next(samples)))
+    assert cpu_busy(5.0, stat) == 0.7
