@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 # Under spark-submit the project may not be installed; make the package importable.
-# A runner that executes the file without `__file__` (reported of Databricks' Python
-# file tasks) has the package from the wheel, which the bundle installs on every task.
+# This puts the checkout ahead of an installed wheel, which is why the Databricks bundle
+# runs the wheel's entry point instead of this file (docs/databricks.md). A runner that
+# executes the file without `__file__` finds the package installed.
 if "__file__" in globals():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

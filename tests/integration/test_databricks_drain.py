@@ -1,15 +1,19 @@
 """The bundle's drain job, emulated on the local stack: its tasks as Databricks runs them.
 
-The bundle's variables are resolved as `databricks bundle deploy --var ...` would, with
-the stack's addresses as postgres_url and kafka_bootstrap_servers. The job cluster's
-spark_env_vars become the environment (its `{{secrets/...}}` cannot resolve here; the
-local stack needs none). The tasks' python_file and parameters run, migrate first, with
-a real spark-submit; `${workspace.file_path}` names a stand-in for the synced files whose
-conf/databricks.toml is the bundle's profile adapted to the local stack (no TLS, no SASL,
-local ledger and checkpoint). The jars come from the local cache (relay.launch.spark_jars, what
-`outbox-relay jars` prints) as `--jars`, as a cluster's libraries do: the bundle's Maven
-libraries, and what a Databricks Runtime ships itself (the Kafka connector, Delta), which
-a local Spark lacks. An independent consumer then reads back every seeded message.
+The bundle's variables are resolved for the default target as `databricks bundle deploy
+--var ...` would, with the stack's addresses as postgres_url and kafka_bootstrap_servers
+and a temporary directory as state_volume. The job cluster's spark_env_vars become the
+environment (its `{{secrets/...}}` cannot resolve here; the local stack needs none), so
+the checkpoint and the ledger are the target's own paths under state_volume. Each
+python_wheel_task runs, migrate first, under a real spark-submit through a launcher that
+does what Databricks' does: it finds the task's entry point by name among the installed
+distribution's entry points, sets `sys.argv` to the task's parameters and calls it,
+dropping what it returns. `${workspace.file_path}` names a stand-in for the synced files
+whose conf/databricks.toml is the bundle's profile adapted to the local stack (no TLS, no
+SASL). The jars come from the local cache (relay.launch.spark_jars, what `outbox-relay
+jars` prints) as `--jars`, as a cluster's libraries do: the bundle's Maven libraries,
+and what a Databricks Runtime ships itself (the Kafka connector, Delta), which a local
+Spark lacks. An independent consumer then reads back every seeded message.
 """
 
 from __future__ import annotations
@@ -52,9 +56,21 @@ SECURITY_PREFIXES = ("security.", "sasl.", "ssl.")
 # them; a cluster's libraries need neither.
 NOT_ON_A_CLUSTER = (":: resolving dependencies", "resolving the Spark packages",
                     "running it once more")
+# Databricks' wheel launcher, reduced to what decides the outcome: the entry point is
+# looked up by name in the distribution's metadata and called; what it returns is dropped,
+# so only an exception fails the task (the CLI's python_wheel_wrapper does the same).
+LAUNCHER = """\
+import sys
+from importlib import metadata
+
+package, name, *parameters = sys.argv[1:]
+sys.argv = [package, *parameters]
+(entry,) = [ep for ep in metadata.distribution(package).entry_points if ep.name == name]
+entry.load()()
+"""
 
 
-def _workspace_files(root: Path, ledger: Path, checkpoint: Path) -> Path:
+def _workspace_files(root: Path) -> Path:
     """Where the job's parameters find conf/databricks.toml: the bundle's profile with only
     what the local stack needs changed. The stack speaks plaintext, and Databricks'
     shaded login module (kafkashaded....) loads only inside its own Kafka connector."""
@@ -64,8 +80,6 @@ def _workspace_files(root: Path, ledger: Path, checkpoint: Path) -> Path:
         options = data["kafka"].get(table, {})
         data["kafka"][table] = {k: v for k, v in options.items()
                                 if not k.startswith(SECURITY_PREFIXES)}
-    data["ledger"]["path"] = str(ledger)
-    data["relay"]["checkpoint_path"] = str(checkpoint)
     assert data["spark"]["resolve_packages"] is False, "a cluster's jars are its libraries"
     (root / "conf").mkdir(parents=True)
     write_raw_profile(data, root / "conf" / PROFILE.name)
@@ -95,12 +109,14 @@ def _cluster_env(job: dict[str, Any], spark_conf: Path) -> dict[str, str]:
     return env
 
 
-def _run_task(task: dict[str, Any], python_file: Path, workspace: Path, jars: list[Path],
+def _run_task(task: dict[str, Any], launcher: Path, workspace: Path, jars: list[Path],
               env: dict[str, str], log: Path) -> int:
     submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent))
     assert submit, "spark-submit is installed with pyspark"
+    wheel_task = task["python_wheel_task"]
     command = [submit, "--master", "local[2]", "--jars", ",".join(map(str, jars)),
-               str(python_file), *task_parameters(task, workspace)]
+               str(launcher), wheel_task["package_name"], wheel_task["entry_point"],
+               *task_parameters(task, workspace)]
     with log.open("wb") as out:
         done = subprocess.run(command, cwd=workspace, env=env, stdout=out,
                               stderr=subprocess.STDOUT, timeout=900, check=False)
@@ -129,11 +145,14 @@ def test_the_drain_job_migrates_then_drains_every_key_shape(
     stack: StackInfo, database_url: str, tmp_path: Path
 ) -> None:
     bundle = load_bundle({"postgres_url": database_url,
-                          "kafka_bootstrap_servers": stack.kafka_bootstrap})
+                          "kafka_bootstrap_servers": stack.kafka_bootstrap,
+                          "state_volume": str(tmp_path / "state")})
     job = bundle.jobs[JOB]
-    migrate = bundle.script_task(JOB, "migrate.py")
-    relay = bundle.script_task(JOB, "relay.py")
-    workspace = _workspace_files(tmp_path / "files", tmp_path / "ledger", tmp_path / "ckpt")
+    migrate = bundle.command_task(JOB, "migrate")
+    relay = bundle.command_task(JOB, "run")
+    workspace = _workspace_files(tmp_path / "files")
+    launcher = tmp_path / "wheel_launcher.py"
+    launcher.write_text(LAUNCHER, encoding="utf-8")
     jars = cached_jars()
     # The cluster's Maven libraries are in the cache; the rest of --jars is what the
     # runtime ships (Kafka connector, Delta) and a local Spark does not.
@@ -141,8 +160,7 @@ def test_the_drain_job_migrates_then_drains_every_key_shape(
     assert libraries and maven_coordinates(migrate) == maven_coordinates(relay)
     env = _cluster_env(job, tmp_path / "spark-conf")
 
-    code = _run_task(migrate, bundle.python_file(JOB, migrate), workspace, jars, env,
-                     tmp_path / "migrate.log")
+    code = _run_task(migrate, launcher, workspace, jars, env, tmp_path / "migrate.log")
     assert code == ExitCode.OK, (tmp_path / "migrate.log").read_text(errors="replace")[-3000:]
 
     topics = [unique("dbx-drain"), unique("dbx-drain")]
@@ -152,7 +170,7 @@ def test_the_drain_job_migrates_then_drains_every_key_shape(
     seeded = dict(zip(ids, messages, strict=True))
 
     log = tmp_path / "relay.log"
-    code = _run_task(relay, bundle.python_file(JOB, relay), workspace, jars, env, log)
+    code = _run_task(relay, launcher, workspace, jars, env, log)
     output = log.read_text(errors="replace")
     assert code == ExitCode.OK, output[-3000:]
     assert not [line for line in NOT_ON_A_CLUSTER if line in output], output[-3000:]
@@ -164,3 +182,6 @@ def test_the_drain_job_migrates_then_drains_every_key_shape(
         assert (record.topic, record.key, record.value) == (msg.topic, msg.key, msg.value)
     _check_order(seeded, received)
     assert query(database_url, "SELECT count(*) FROM kafka_messages") == [(0,)]
+    # The target's own state, where the cluster's environment put it.
+    assert (tmp_path / "state" / bundle.target / "ledger").is_dir()
+    assert (tmp_path / "state" / bundle.target / "checkpoint").is_dir()

@@ -1,13 +1,13 @@
-"""The Databricks bundle, validated offline (no workspace, no CLI).
+"""The Databricks bundle, validated offline (no workspace, no CLI): the project's own rules.
 
-"Valid" means: every job passes the `databricks-bundles` package's own model after the
-bundle's variables are resolved with their defaults, and the project's rules hold.
+"Valid" means: every job of every target passes the `databricks-bundles` package's own
+model after the bundle's variables are resolved, and the project's rules hold. The rules
+Databricks documents are tests/unit/test_databricks_rules.py.
 """
 
 from __future__ import annotations
 
 import re
-import runpy
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -15,21 +15,36 @@ from typing import Any
 import pytest
 from databricks.bundles.jobs import Job
 
-from relay.app import parser
 from relay.cli import build_parser
 from relay.config.load import PASSWORD_ENV, load_config
 from relay.launch.packages import SPARK_PACKAGES
 from relay.launch.spark import REDACTION_REGEX
-from tests.bundle import JOBS, PROFILE, REPO, load_bundle, maven_coordinates, task_parameters
+from tests.bundle import (
+    JOBS,
+    PROFILE,
+    REPO,
+    TARGETS,
+    WORKSPACE_FILES,
+    load_bundle,
+    maven_coordinates,
+    task_parameters,
+)
 
 SECRET_REF = re.compile(r"^\{\{secrets/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+\}\}$")
 ENV_REF = "env:"
 
 BUNDLE = load_bundle()
+# The jobs that migrate, and those that run the relay.
+MIGRATING = [k for k in JOBS if any(t["python_wheel_task"]["parameters"][-1] == "migrate"
+                                    for t in BUNDLE.tasks(k).values())]
+RELAYING = ["outbox_relay_drain", "outbox_relay_continuous"]
 
 
-def _script_task(job_key: str, script: str) -> dict[str, Any]:
-    return BUNDLE.script_task(job_key, script)
+def _cluster_env(job_key: str, secret_env: dict[str, str]) -> dict[str, str]:
+    """What the job cluster puts in the environment, secrets as their placeholders."""
+    (cluster,) = [c["new_cluster"] for c in BUNDLE.jobs[job_key]["job_clusters"]]
+    env = {k: v for k, v in cluster["spark_env_vars"].items() if not SECRET_REF.match(v)}
+    return {**secret_env, **env}
 
 
 def _profile_env_secrets() -> set[str]:
@@ -55,45 +70,46 @@ def secret_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return env
 
 
-def test_the_bundle_defines_both_jobs() -> None:
+def test_the_bundle_defines_every_job() -> None:
     assert sorted(BUNDLE.jobs) == sorted(JOBS)
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("job_key", JOBS)
-def test_every_job_passes_the_bundle_model(job_key: str) -> None:
-    job = Job.from_dict(BUNDLE.jobs[job_key])
-    assert job.as_dict() == BUNDLE.jobs[job_key], "the model dropped or changed a field"
+def test_every_job_passes_the_bundle_model(job_key: str, target: str) -> None:
+    job = load_bundle(target=target).jobs[job_key]
+    assert Job.from_dict(job).as_dict() == job, "the model dropped or changed a field"
 
 
 @pytest.mark.parametrize("job_key", JOBS)
-def test_continuous_xor_schedule_and_one_run_at_a_time(job_key: str) -> None:
+def test_at_most_one_trigger_and_one_run_at_a_time(job_key: str) -> None:
     job = BUNDLE.jobs[job_key]
-    assert ("continuous" in job) != ("schedule" in job)
+    assert not ("continuous" in job and "schedule" in job)
     assert job["max_concurrent_runs"] == 1
 
 
-def test_exactly_one_job_is_unpaused() -> None:
-    status = {k: (j.get("continuous") or j["schedule"])["pause_status"]
-              for k, j in BUNDLE.jobs.items()}
-    assert sorted(status.values()) == ["PAUSED", "UNPAUSED"], status
-    assert status["outbox_relay_drain"] == "UNPAUSED"
+def test_in_prod_the_drain_runs_on_its_schedule_and_the_continuous_job_waits() -> None:
+    prod = load_bundle(target="prod")
+    status = {k: prod.trigger_pause_status(k) for k in prod.jobs}
+    assert status == {"outbox_relay_migrate": None, "outbox_relay_drain": "UNPAUSED",
+                      "outbox_relay_continuous": "PAUSED"}
 
 
 def test_airflow_pauses_the_drains_own_schedule_with_one_variable() -> None:
-    jobs = load_bundle({"drain_pause_status": "PAUSED"}).jobs
-    status = {k: (j.get("continuous") or j["schedule"])["pause_status"] for k, j in jobs.items()}
-    assert set(status.values()) == {"PAUSED"}, status
-    Job.from_dict(jobs["outbox_relay_drain"])
+    prod = load_bundle({"drain_pause_status": "PAUSED"}, target="prod")
+    status = {k: prod.trigger_pause_status(k) for k in prod.jobs}
+    assert set(status.values()) == {"PAUSED", None}, status
+    Job.from_dict(prod.jobs["outbox_relay_drain"])
 
 
 def test_the_drain_is_scheduled_with_retries_and_a_timeout() -> None:
     job = BUNDLE.jobs["outbox_relay_drain"]
-    relay_task = _script_task("outbox_relay_drain", "relay.py")
+    relay_task = BUNDLE.command_task("outbox_relay_drain", "run")
     assert job["schedule"]["quartz_cron_expression"]
-    assert "--available-now" in relay_task["spark_python_task"]["parameters"]
+    assert "--available-now" in task_parameters(relay_task)
     assert relay_task["max_retries"] >= 1
     assert 0 < relay_task["timeout_seconds"] <= job["timeout_seconds"]
-    continuous = _script_task("outbox_relay_continuous", "relay.py")
+    continuous = BUNDLE.command_task("outbox_relay_continuous", "run")
     assert "--available-now" not in task_parameters(continuous)
 
 
@@ -126,49 +142,50 @@ def test_nothing_secret_is_written_in_the_bundle_or_the_profile() -> None:
         assert not re.search(r"(?i)password\s*=|:[^/@\s]+@", value), f"{key} = {value!r}"
 
 
-@pytest.mark.parametrize("job_key", JOBS)
+@pytest.mark.parametrize("job_key", RELAYING)
 def test_relay_parameters_parse_and_name_a_profile_that_loads(
     job_key: str, secret_env: dict[str, str]
 ) -> None:
-    args = parser().parse_args(task_parameters(_script_task(job_key, "relay.py")))
+    args = build_parser().parse_args(task_parameters(BUNDLE.command_task(job_key, "run")))
     assert Path(args.config).resolve() == PROFILE
-    config = load_config(args.config, env=secret_env)
+    config = load_config(args.config, env=_cluster_env(job_key, secret_env))
     assert config.spark.master is None
     assert config.spark.resolve_packages is False
     assert config.ledger.path.startswith("/Volumes/")
     assert config.relay.checkpoint_path.startswith("/Volumes/")
 
 
-@pytest.mark.parametrize("job_key", JOBS)
+@pytest.mark.parametrize("job_key", MIGRATING)
 def test_migrate_runs_the_cli_migrate_on_the_same_profile(
     job_key: str, secret_env: dict[str, str]
 ) -> None:
-    task = _script_task(job_key, "migrate.py")
-    script = runpy.run_path(str(REPO / "jobs" / "migrate.py"), run_name="not_main")
-    args = build_parser().parse_args([*task_parameters(task), script["COMMAND"]])
-    assert args.command == "migrate"
+    args = build_parser().parse_args(task_parameters(BUNDLE.command_task(job_key, "migrate")))
     assert Path(args.config).resolve() == PROFILE
-    load_config(args.config, env=secret_env)
+    load_config(args.config, env=_cluster_env(job_key, secret_env))
 
 
-@pytest.mark.parametrize("job_key", JOBS)
-def test_migrate_comes_before_the_relay(job_key: str) -> None:
-    migrate = _script_task(job_key, "migrate.py")
-    relay_task = _script_task(job_key, "relay.py")
+def test_the_drain_migrates_before_it_drains() -> None:
+    migrate = BUNDLE.command_task("outbox_relay_drain", "migrate")
+    relay_task = BUNDLE.command_task("outbox_relay_drain", "run")
     assert not migrate.get("depends_on")
     assert relay_task["depends_on"] == [{"task_key": migrate["task_key"]}]
 
 
+def test_a_migrate_job_of_its_own_serves_the_continuous_job() -> None:
+    assert set(MIGRATING) == {"outbox_relay_migrate", "outbox_relay_drain"}
+    job = BUNDLE.jobs["outbox_relay_migrate"]
+    assert not {"schedule", "continuous", "trigger"} & set(job), "run it after a deploy"
+
+
 @pytest.mark.parametrize("job_key", JOBS)
 def test_libraries_are_the_wheel_and_only_packages_the_runtime_lacks(job_key: str) -> None:
-    for task in (_script_task(job_key, "migrate.py"), _script_task(job_key, "relay.py")):
+    for task in BUNDLE.tasks(job_key).values():
         libraries = task["libraries"]
         wheels = [lib["whl"] for lib in libraries if "whl" in lib]
         maven = maven_coordinates(task)
         assert len(wheels) == 1 and wheels[0].endswith(".whl")
         assert maven <= set(SPARK_PACKAGES), maven - set(SPARK_PACKAGES)
         assert len(libraries) == len(wheels) + len(maven)
-
 
 
 @pytest.mark.parametrize("job_key", JOBS)
@@ -179,16 +196,16 @@ def test_every_task_of_a_job_installs_the_same_libraries(job_key: str) -> None:
 
 
 @pytest.mark.parametrize("job_key", JOBS)
-def test_every_python_file_is_a_file_of_the_synced_repository(job_key: str) -> None:
+def test_every_task_reads_the_profile_from_the_synced_files(job_key: str) -> None:
     for task in BUNDLE.tasks(job_key).values():
-        path = BUNDLE.python_file(job_key, task)
-        assert path.is_file() and path.is_relative_to(REPO), path
+        params = task["python_wheel_task"]["parameters"]
+        assert params[:2] == ["--config", f"{WORKSPACE_FILES}/conf/{PROFILE.name}"], params
 
 
 def test_the_drain_gives_up_before_its_task_times_out(secret_env: dict[str, str]) -> None:
     """An available-now drain that cannot finish reports its left-over topics (exit 1)
     within the task's timeout, instead of being cut off by Databricks."""
-    task = _script_task("outbox_relay_drain", "relay.py")
+    task = BUNDLE.command_task("outbox_relay_drain", "run")
     config = load_config(str(PROFILE), env=secret_env)
     assert config.relay.available_now_deadline_s < task["timeout_seconds"]
 
