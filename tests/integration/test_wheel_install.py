@@ -11,15 +11,9 @@ without PYTHONPATH), the jars coming from the local cache as a cluster's librari
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
-import sys
 import time
 import tomllib
-import zipfile
-from email.parser import Parser
 from importlib.metadata import version
 from pathlib import Path
 
@@ -43,6 +37,14 @@ from tests.integration.helpers import (
     unique,
 )
 from tests.integration.process import write_profile
+from tests.integration.wheel import (
+    build_wheel,
+    installed,
+    new_venv,
+    pip_install,
+    run_ok,
+    wheel_requires,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -51,50 +53,6 @@ MESSAGES = 60
 # What a runtime ships; pip must leave every one of them as it found it.
 RUNTIME = (f"pyspark=={SPARK_VERSION}", f"delta-spark=={DELTA_VERSION}",
            f"pyarrow=={version('pyarrow')}", f"pandas=={version('pandas')}")
-
-
-def _run(*command: str | Path, cwd: Path, env: dict[str, str] | None = None,
-         timeout: float = 600) -> str:
-    done = subprocess.run([str(c) for c in command], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-    assert done.returncode == 0, f"{command}: exit {done.returncode}\n{done.stderr[-3000:]}"
-    return done.stdout
-
-
-def _build_wheel(tmp: Path) -> Path:
-    """The wheel of the checked-in sources. Built from a copy: a checkout's build/ may hold
-    modules since removed, which setuptools would put in the wheel too."""
-    src = tmp / "src"
-    shutil.copytree(REPO / "relay", src / "relay",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    _run(sys.executable, "-m", "build", "--wheel", "--outdir", tmp / "dist", src, cwd=tmp)
-    (wheel,) = (tmp / "dist").glob("outbox_relay-*.whl")
-    return wheel
-
-
-def _requires(wheel: Path) -> list[Requirement]:
-    with zipfile.ZipFile(wheel) as archive:
-        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-        metadata = Parser().parsestr(archive.read(name).decode("utf-8"))
-    return [Requirement(r) for r in metadata.get_all("Requires-Dist") or []]
-
-
-def _installed(python: Path, cwd: Path, env: dict[str, str]) -> dict[str, str]:
-    """Every distribution of the venv and its version (`pip list`, which, unlike `pip
-    freeze`, gives a wheel installed from a file its version too)."""
-    listed = json.loads(_run(python, "-m", "pip", "list", "--format=json", cwd=cwd, env=env))
-    return {canonicalize_name(d["name"]): d["version"] for d in listed}
-
-
-def _clean_env(venv: Path) -> dict[str, str]:
-    """No path back to the checkout or the test's own Python."""
-    drop = ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV",
-            "SPARK_HOME", "SPARK_CONF_DIR")
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("RELAY_")}
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    return env
 
 
 def test_pyproject_declares_only_the_base_dependencies() -> None:
@@ -107,26 +65,24 @@ def test_the_installed_wheel_keeps_the_runtime_and_drains(
     stack: StackInfo, make_config: ConfigFactory, migrated_url: str, tmp_path: Path
 ) -> None:
     started = time.monotonic()
-    wheel = _build_wheel(tmp_path)
-    unconditional = {canonicalize_name(r.name) for r in _requires(wheel) if r.marker is None}
+    wheel = build_wheel(tmp_path)
+    unconditional = {canonicalize_name(r.name) for r in wheel_requires(wheel)
+                     if r.marker is None}
     assert unconditional == BASE
 
     venv, outside = tmp_path / "venv", tmp_path / "elsewhere"
     outside.mkdir()
-    _run(sys.executable, "-m", "venv", venv, cwd=outside)
-    env = _clean_env(venv)
-    python = venv / "bin" / "python"
-    pip = (python, "-m", "pip", "--disable-pip-version-check", "--quiet", "install")
-    _run(*pip, *RUNTIME, cwd=outside, env=env)
-    before = _installed(python, outside, env)
-    _run(*pip, wheel, cwd=outside, env=env)
-    after = _installed(python, outside, env)
+    python, env = new_venv(venv, outside)
+    pip_install(python, *RUNTIME, cwd=outside, env=env)
+    before = installed(python, outside, env)
+    pip_install(python, wheel, cwd=outside, env=env)
+    after = installed(python, outside, env)
     changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
     assert not changed, f"pip changed the runtime's packages: {changed}"
     assert set(after) - set(before) >= {canonicalize_name(n) for n in BASE} | {"outbox-relay"}
     installed_in = time.monotonic() - started
 
-    where = _run(python, "-c", "import relay; print(relay.__file__)", cwd=outside, env=env)
+    where = run_ok(python, "-c", "import relay; print(relay.__file__)", cwd=outside, env=env)
     assert Path(where.strip()).is_relative_to(venv), where
 
     topic = unique("wheel")
