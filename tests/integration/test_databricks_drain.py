@@ -182,6 +182,6 @@ def test_the_drain_job_migrates_then_drains_every_key_shape(
         assert (record.topic, record.key, record.value) == (msg.topic, msg.key, msg.value)
     _check_order(seeded, received)
     assert query(database_url, "SELECT count(*) FROM kafka_messages") == [(0,)]
-    # The target's own state, where the cluster's environment put it.
-    assert (tmp_path / "state" / bundle.target / "ledger").is_dir()
-    assert (tmp_path / "state" / bundle.target / "checkpoint").is_dir()
+    # The target's own ledger, where the cluster's environment put it. (No checkpoint:
+    # a backlog this small drains in the start-up round, before any streaming query.)
+    assert (tmp_path / "state" / bundle.target / "ledger" / "_delta_log").is_dir()
