@@ -9,7 +9,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from relay.config import Config
 from relay.config.load import load_config
@@ -18,6 +18,7 @@ from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import require_current
 from relay.errors import ConfigError, exit_code_of, logged_exit_code
 from relay.exit_codes import ExitCode
+from relay.launch.spark_extra import require_spark_extra
 from relay.launch.spark_jars import (
     cached_jars,
     has_relay_jars,
@@ -25,8 +26,11 @@ from relay.launch.spark_jars import (
     own_spark_conf_dir,
 )
 from relay.observe.logs import LOG_FORMATS, configure_logging
-from relay.stream.runner import RunResult
 from relay.stream.stop import StopSignal
+
+if TYPE_CHECKING:
+    # Not at run time: it imports pyspark, which require_spark_extra looks for first.
+    from relay.stream.runner import RunResult
 
 log = logging.getLogger("relay")
 
@@ -157,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = StopSignal()
     stop.install()
     try:
+        require_spark_extra()
         config = load_config(args.config)
         relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now)
         if relaunched is not None:

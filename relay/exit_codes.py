@@ -40,7 +40,8 @@ _MEANINGS: dict[ExitCode, str] = {
     "what was asked",
     ExitCode.LEFT_OVER: "available-now: topics left in error or locked elsewhere after "
     "`relay.available_now_deadline_s`, one line each",
-    ExitCode.USAGE: "invalid configuration or command line (the line names the key)",
+    ExitCode.USAGE: "invalid configuration or command line (the line names the key), or a Python "
+    "without the `[spark]` extra (the line names the missing modules)",
     ExitCode.INTERRUPTED: "available-now: a stop signal came before the outbox drained",
     ExitCode.UNREACHABLE: "PostgreSQL or Kafka unreachable (the line names which, never the "
     "password)",

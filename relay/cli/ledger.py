@@ -6,11 +6,13 @@ import argparse
 
 from relay.config.load import load_config
 from relay.exit_codes import ExitCode
+from relay.launch.spark_extra import require_spark_extra
 
 
 def _ledger(args: argparse.Namespace) -> int:
     if args.ledger_cmd == "show":
         return _show(args)
+    require_spark_extra()  # flush and maintain run Spark; the imports below load it
     from relay.control.db import Database
     from relay.launch.spark import build_session
     from relay.ledger.delta import Ledger

@@ -18,7 +18,7 @@ def run_argv(args: argparse.Namespace) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    # Imported here: relay.app loads Spark, which no other command needs.
+    # Imported here: relay.app's run loads Spark, which no other command needs.
     from relay.app import main as run_main
 
     return run_main(run_argv(args))
