@@ -19,7 +19,6 @@ from relay.control.locks import Backoff, TopicLocks
 from relay.control.parking import Parking
 from relay.data.plan import RecordPlan
 from relay.ledger.delta import Ledger
-from relay.observe.collector import StatusCollector
 from relay.observe.runtime import RuntimeMetrics
 from relay.stream.batch import BatchProcessor, BatchSettings
 from relay.stream.delivery import Delivery
@@ -48,14 +47,12 @@ class Relay:
     admin: KafkaAdmin
     ledger: Ledger
     metrics: RuntimeMetrics
-    status_db: Database | None = None
     # The drain lane's own control plane (relay.stream.lanes); None when it is off.
     drain: Relay | None = None
 
     def close(self) -> None:
-        for db in (self.db, self.heartbeat_locks.db, self.ledger.db, self.status_db):
-            if db is not None:
-                db.close()
+        for db in (self.db, self.heartbeat_locks.db, self.ledger.db):
+            db.close()
         if self.drain is not None:
             self.drain.db.close()
             self.drain.heartbeat_locks.db.close()
@@ -109,14 +106,10 @@ def build_relay(config: Config, spark: SparkSession,
     relay serves or pushes, so a collector registered into it is exported too."""
     relay = config.relay
     token = fencing_token(relay.source_name)
+    # The run's own counters only. The outbox's state (backlog, age, horizon) is the
+    # standing exporter's (`outbox-relay metrics serve`): an available-now run pushes once
+    # at exit, and the Pushgateway would show that state, frozen, until the next run.
     metrics = RuntimeMetrics(config.metrics, relay.source_name, registry)
-    # What /metrics and a push export beside the runtime metrics: the database-side gauges
-    # (backlog, oldest age, states), read per scrape on a connection of their own.
-    status_db = None
-    if config.metrics.enabled:
-        status_db = Database(config.postgres, "outbox-relay-metrics")
-        metrics.registry.register(StatusCollector(
-            status_db, relay.lock_timeout_s, config.ledger.path, config.metrics.max_label_topics))
     plane = control_plane(config, token, "outbox-relay")
     # The ledger copier thread has its own connection too.
     ledger_db = Database(config.postgres, "outbox-relay-ledger")
@@ -128,7 +121,6 @@ def build_relay(config: Config, spark: SparkSession,
         admin=KafkaAdmin(config.kafka),
         ledger=Ledger(spark, config, ledger_db),
         metrics=metrics,
-        status_db=status_db,
     )
     if relay.drain_lane:
         built.drain = drain_lane(built)

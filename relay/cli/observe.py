@@ -100,8 +100,9 @@ def _serve(args: argparse.Namespace) -> int:
         db.close()
         raise
     registry = CollectorRegistry(auto_describe=False)
+    limit = args.max_label_topics or config.metrics.max_label_topics
     registry.register(StatusCollector(db, config.relay.lock_timeout_s, config.ledger.path,
-                                      top=args.top_topics))
+                                      max_label_topics=limit))
     try:
         if args.once:
             sys.stdout.write(generate_latest(registry).decode("utf-8"))
@@ -155,14 +156,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     metrics = sub.add_parser("metrics", help="Prometheus metrics of the outbox database")
     msub = metrics.add_subparsers(dest="metrics_cmd", required=True)
-    serve = msub.add_parser("serve", help="serve the database-side metrics over HTTP (for "
-                            "scheduled deployments, where no relay runs in between)")
+    serve = msub.add_parser("serve", help="serve the outbox's state (backlog, age, errors, "
+                            "parked, horizon) over HTTP: the standing exporter every "
+                            "deployment runs beside the relay (deploy/)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=_at_least(0), default=DEFAULT_METRICS_PORT,
                        help=f"default {DEFAULT_METRICS_PORT}; 0 picks a free port (printed)")
     serve.add_argument("--once", action="store_true",
                        help="print one scrape to stdout and exit (e.g. for a textfile collector)")
-    serve.add_argument("--top-topics", type=_at_least(1), default=DEFAULT_TOP_TOPICS,
-                       metavar="N", help="per-topic series for the N largest backlogs, the "
-                       f"rest summed into topic=\"(other)\" (default {DEFAULT_TOP_TOPICS})")
+    # --top-topics: its name before the cap stopped ranking by backlog; kept for old units.
+    serve.add_argument("--max-label-topics", "--top-topics", type=_at_least(1), metavar="N",
+                       help="the first N topics seen keep a topic label, the rest are summed "
+                       "into topic=\"(other)\" (default: the profile's "
+                       f"metrics.max_label_topics, {DEFAULT_TOP_TOPICS} unless set)")
     serve.set_defaults(fn=_serve)

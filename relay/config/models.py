@@ -29,7 +29,7 @@ from relay.config.checks import (
 )
 
 # Per-topic metric series before the rest are folded into one series: the default of
-# `metrics.max_label_topics` and of `metrics serve --top-topics`.
+# `metrics.max_label_topics`, which `metrics serve --max-label-topics` overrides.
 DEFAULT_TOP_TOPICS = 100
 
 
@@ -239,8 +239,9 @@ class MetricsConfig(_Model):
     pushgateway_url: str | None = None
     pushgateway_timeout_s: float = Field(5.0, gt=0)
     job: str = Field("outbox-relay", min_length=1)
-    # The first N topics seen get a label of their own, the rest share `other`: a counter's
-    # label must not move once it exists, and 1,000s of topics would swamp Prometheus.
+    # The first N topics seen get a label of their own, the rest share `(other)`
+    # (relay.observe.labels, for the counters and the exporter's gauges alike): a label
+    # must not move once it exists, and 1,000s of topics would swamp Prometheus.
     max_label_topics: int = Field(DEFAULT_TOP_TOPICS, ge=1, le=100_000)
 
     @field_validator("pushgateway_url")

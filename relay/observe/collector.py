@@ -1,8 +1,9 @@
 """Database-side Prometheus metrics, from the same snapshot as `status`.
 
 A custom collector: every scrape reads the database once (no Delta: none of these needs
-it). Per-topic series are capped: the top N topics by backlog keep their label, and the
-rest are folded into `topic="(other)"` (counts summed, ages and retries the maximum, states
+it). Per-topic series are capped by relay.observe.labels, the rule the runtime counters
+follow too: the first N topics seen keep their label for the exporter's life, the rest
+are folded into `topic="(other)"` (counts summed, ages and retries the maximum, states
 counted). Labels hold topic names and states only; no value or label holds a secret.
 """
 
@@ -21,11 +22,14 @@ from relay.config import DEFAULT_TOP_TOPICS
 from relay.control.db import Database
 from relay.errors import RelayError
 from relay.observe import OTHER_TOPICS
+from relay.observe.labels import TopicLabels
 from relay.observe.status import STATES, Snapshot, TopicStatus, take_snapshot
 
 log = logging.getLogger(__name__)
 
 PREFIX = "outbox_relay_"
+# Yielded by every scrape, beside the snapshot's families when the database was read.
+DATABASE_UP = "database_up"
 
 
 @dataclass(frozen=True)
@@ -46,16 +50,13 @@ def _one(t: TopicStatus) -> TopicSeries:
                        t.parked, {s: int(s == t.state) for s in STATES})
 
 
-def capped(topics: Sequence[TopicStatus], top: int) -> list[TopicSeries]:
-    """The `top` topics by backlog (then age, then name), plus `other` for the rest.
-
-    A topic literally named `other` always goes into the aggregate, so that no two series
-    share a label."""
-    ranked = sorted(topics, key=lambda t: (-t.backlog, -(t.oldest_age_s or 0.0), t.topic))
-    kept = [t for t in ranked if t.topic != OTHER_TOPICS][:top]
-    kept_names = {t.topic for t in kept}
-    rest = [t for t in ranked if t.topic not in kept_names]
-    series = [_one(t) for t in kept]
+def capped(topics: Sequence[TopicStatus], labels: TopicLabels) -> list[TopicSeries]:
+    """One series per topic that keeps its label, in name order, then `other` for the
+    rest (its aggregate), when there is a rest."""
+    label = labels.of_all(t.topic for t in topics)
+    ordered = sorted(topics, key=lambda t: t.topic)
+    series = [_one(t) for t in ordered if label[t.topic] != OTHER_TOPICS]
+    rest = [t for t in ordered if label[t.topic] == OTHER_TOPICS]
     if rest:
         series.append(TopicSeries(
             OTHER_TOPICS,
@@ -73,9 +74,10 @@ def _gauge(name: str, doc: str, labels: Sequence[str] = ()) -> GaugeMetricFamily
     return GaugeMetricFamily(PREFIX + name, doc, labels=list(labels))
 
 
-def families(snapshot: Snapshot, top: int, duration_s: float) -> list[Metric]:
-    """Every metric family of one snapshot (pure: the unit tests call it directly)."""
-    series = capped(snapshot.topics, top)
+def families(snapshot: Snapshot, labels: TopicLabels, duration_s: float) -> list[Metric]:
+    """Every metric family of one snapshot (pure but for `labels`, which remembers the
+    topics given a label: the unit tests call it directly)."""
+    series = capped(snapshot.topics, labels)
     per_topic = {
         "backlog_messages": ("Messages waiting in the outbox (estimated past the exact "
                              "count's limit; see `outbox-relay status`)", "backlog"),
@@ -138,15 +140,15 @@ class StatusCollector(Collector):
     `outbox_relay_database_up` instead of failing the whole scrape."""
 
     def __init__(self, db: Database, lock_timeout_s: float, ledger_path: str,
-                 top: int = DEFAULT_TOP_TOPICS) -> None:
+                 max_label_topics: int = DEFAULT_TOP_TOPICS) -> None:
         self._db = db
         self._lock_timeout_s = lock_timeout_s
         self._ledger_path = ledger_path
-        self._top = top
+        self._labels = TopicLabels(max_label_topics)
         self._mutex = threading.Lock()  # one connection; the HTTP server is threaded
 
     def collect(self) -> Iterator[Metric]:
-        up = _gauge("database_up", "1 if the last scrape read the outbox database")
+        up = _gauge(DATABASE_UP, "1 if the last scrape read the outbox database")
         started = time.monotonic()
         try:
             with self._mutex:
@@ -159,4 +161,4 @@ class StatusCollector(Collector):
             return
         up.add_metric([], 1.0)
         yield up
-        yield from families(snapshot, self._top, time.monotonic() - started)
+        yield from families(snapshot, self._labels, time.monotonic() - started)

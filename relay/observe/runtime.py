@@ -25,7 +25,8 @@ from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from relay.config import MetricsConfig
-from relay.observe import OTHER_TOPICS
+from relay.observe import OTHER_TOPICS as OTHER_TOPICS  # re-exported: callers import it here
+from relay.observe.labels import TopicLabels as TopicLabels  # re-exported likewise
 from relay.rules.outcomes import Outcome
 
 log = logging.getLogger(__name__)
@@ -40,26 +41,6 @@ LAG_BUCKETS: tuple[float, ...] = (
 PHASE_BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
-
-
-class TopicLabels:
-    """The label of a topic under a cap: the first `limit` topics seen get their own, the
-    rest share OTHER_TOPICS. First seen, not top by volume: a counter's series must keep
-    its label for the life of the process, or rate() breaks."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._own: set[str] = set()
-        self._guard = threading.Lock()
-
-    def __call__(self, topic: str) -> str:
-        if topic in self._own:  # no lock: set membership is atomic, and the set only grows
-            return topic
-        with self._guard:
-            if topic in self._own or len(self._own) < self._limit:
-                self._own.add(topic)
-                return topic
-        return OTHER_TOPICS
 
 
 class DeliveryLag(Collector):

@@ -35,16 +35,17 @@ def server(make_config: ConfigFactory, tmp_path: Path) -> Iterator[tuple[str, st
     config = make_config()
     url = config.postgres.url
     prefix = unique("mx")
-    # Topic i holds i + 1 rows: the top ten by backlog are the last ten.
+    # Topic i holds i + 1 rows: the ten largest backlogs are the last ten, and the ten
+    # topics that keep a label are the first ten by name.
     insert(url, [[Msg(f"{prefix}.{i:02d}", b"k", b"v") for _ in range(i + 1)]
                  for i in range(TOPICS)])
     query(url, "INSERT INTO kafka_topic_info (topic, error, retries, last_error, locked_at, "
                "next_retry_at) VALUES (%s, true, 4, 'refused', now() AT TIME ZONE 'UTC', "
-               "now() AT TIME ZONE 'UTC' + interval '5 minutes')", (f"{prefix}.03",))
+               "now() AT TIME ZONE 'UTC' + interval '5 minutes')", (f"{prefix}.13",))
     query(url, "INSERT INTO relay_parked_messages (id, topic, message, created_at, reason, "
                "source) VALUES (900000001, %s, 'v', now() AT TIME ZONE 'UTC', 'too large', "
                "'t'), (900000002, %s, 'v', now() AT TIME ZONE 'UTC', 'too large', 't')",
-          (f"{prefix}.01", f"{prefix}.01"))
+          (f"{prefix}.11", f"{prefix}.11"))
     query(url, "INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source) "
                "VALUES (gen_random_uuid(), %s, 'published', '{1,2}', 't'), "
                "(gen_random_uuid(), %s, 'parked', '{3}', 't')",
@@ -85,8 +86,8 @@ def test_a_scrape_matches_the_database_with_the_topic_labels_capped(
     ages = dict(query(url, "SELECT DISTINCT ON (topic) topic, extract(epoch FROM "
                            "now() AT TIME ZONE 'UTC' - created_at)::float "
                            "FROM kafka_messages ORDER BY topic, id"))
-    ranked = sorted(counts, key=lambda t: (-counts[t], t))
-    kept, rest = ranked[:TOP], ranked[TOP:]
+    by_name = sorted(counts)
+    kept, rest = by_name[:TOP], by_name[TOP:]
 
     def metric(name: str, **labels: str) -> float:
         return values[(f"outbox_relay_{name}", tuple(sorted(labels.items())))]
@@ -128,3 +129,20 @@ def test_an_unreachable_database_is_a_scrape_that_says_so() -> None:
     text = generate_latest(registry).decode("utf-8")
     assert "outbox_relay_database_up 0.0" in text
     assert "s3cret-pw" not in text and "outbox_relay_backlog_messages" not in text
+
+
+def test_the_topic_labels_stay_put_when_the_backlogs_change(server: tuple[str, str]) -> None:
+    """The cap once kept the ten largest backlogs: a topic that grew took a label from
+    another on the next scrape, and both series broke off. The first ten keep theirs."""
+    url, address = server
+
+    def labelled() -> set[str]:
+        _, values = _scrape(address)
+        return {dict(k[1])["topic"] for k in values if k[0] == "outbox_relay_backlog_messages"}
+
+    before = labelled()
+    topics = set(dict(query(url, "SELECT topic, count(*) FROM kafka_messages GROUP BY 1")))
+    # A topic folded into `other` grows past every other backlog.
+    grown = sorted(topics - before)[0]
+    insert(url, [[Msg(grown, b"k", b"v") for _ in range(200)]])
+    assert labelled() == before

@@ -11,11 +11,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from relay.config import MetricsConfig
 from relay.observe import OTHER_TOPICS as OTHER
 from relay.observe.backlog import MIN_SHARE, Span, backlog_of, count_limits
 from relay.observe.collector import capped, families
+from relay.observe.labels import TopicLabels
 from relay.observe.ledger_rates import DeltaCounts, delta_counts
 from relay.observe.report import Thresholds, parse_fail_on, problems, table, to_json
+from relay.observe.runtime import RuntimeMetrics
 from relay.observe.status import (
     STATES,
     LedgerStatus,
@@ -128,30 +131,58 @@ def test_the_table_marks_estimates_and_expired_locks() -> None:
     assert "as of 2026-01-02T03:04:05.678901Z" in text
 
 
-def test_the_label_cap_keeps_the_top_n_and_folds_the_rest() -> None:
+def test_the_label_cap_keeps_the_first_n_by_name_and_folds_the_rest() -> None:
     topics = [topic(f"t{i:02d}", i + 1, age=float(i), parked=1,
-                    state="backoff" if i == 3 else "ready", retries=7 if i == 3 else 0)
-              for i in range(30)]
-    series = capped(topics, 10)
-    assert [s.label for s in series] == [f"t{i:02d}" for i in range(29, 19, -1)] + [OTHER]
+                    state="backoff" if i == 23 else "ready", retries=7 if i == 23 else 0)
+              for i in reversed(range(30))]
+    series = capped(topics, TopicLabels(10))
+    assert [s.label for s in series] == [f"t{i:02d}" for i in range(10)] + [OTHER]
     other = series[-1]
-    assert other.backlog == sum(range(1, 21)) and other.parked == 20
-    assert other.oldest_age_s == 19.0 and other.retries == 7
+    assert other.backlog == sum(range(11, 31)) and other.parked == 20
+    assert other.oldest_age_s == 29.0 and other.retries == 7
     assert other.states == {"ready": 19, "locked": 0, "backoff": 1}
-    assert [s.label for s in capped(topics, 30)] == [f"t{i:02d}" for i in range(29, -1, -1)]
+    assert [s.label for s in capped(topics, TopicLabels(30))] == [f"t{i:02d}" for i in range(30)]
+
+
+def test_a_topic_keeps_its_label_across_scrapes_whatever_the_backlogs_do() -> None:
+    """The cap once ranked by backlog: a topic whose backlog grew took another's label on
+    the next scrape, and both series broke. Now the first topics seen keep theirs."""
+    labels = TopicLabels(3)
+    first = [topic("b", 1), topic("d", 2), topic("c", 3), topic("e", 500)]
+    assert [s.label for s in capped(first, labels)] == ["b", "c", "d", OTHER]
+    # e's backlog is now the largest by far, and a topic that sorts first appeared.
+    later = [topic("a", 10_000), topic("b", 0), topic("c", 0), topic("d", 0), topic("e", 9_000)]
+    series = capped(later, labels)
+    assert [s.label for s in series] == ["b", "c", "d", OTHER]
+    assert series[-1].backlog == 19_000
+
+
+def test_the_counters_and_the_gauges_cap_the_topic_label_alike() -> None:
+    """The relay's counters and the exporter's gauges label the same topics as their own
+    when they see the same topics: one rule, relay.observe.labels."""
+    names = [f"t{i}" for i in (4, 0, 3, 1, 2)]
+    metrics = RuntimeMetrics(MetricsConfig(max_label_topics=3), "src")
+    for name in sorted(names):
+        metrics.messages(name, "published", 1)
+    counted = {s.labels["topic"] for f in metrics.registry.collect()
+               if f.name == "outbox_relay_messages" for s in f.samples}
+    gauges = families(snapshot(*(topic(n, 1) for n in names)), TopicLabels(3), 0.0)
+    gauged = {s.labels["topic"] for f in gauges if f.name == "outbox_relay_backlog_messages"
+              for s in f.samples}
+    assert counted == gauged == {"t0", "t1", "t2", OTHER}
 
 
 def test_a_topic_named_other_is_folded_so_no_two_series_share_a_label() -> None:
-    series = capped([topic(OTHER, 100), topic("a", 1), topic("b", 2)], 2)
-    assert [s.label for s in series] == ["b", "a", OTHER]
+    series = capped([topic(OTHER, 100), topic("a", 1), topic("b", 2)], TopicLabels(2))
+    assert [s.label for s in series] == ["a", "b", OTHER]
     assert series[-1].backlog == 100
 
 
 def test_the_families_expose_the_metric_names_once_per_label() -> None:
     class Fixed:
         def collect(self):  # type: ignore[no-untyped-def]
-            return families(snapshot(*(topic(f"t{i}", i, age=1.0) for i in range(5))), 3,
-                            0.01)
+            return families(snapshot(*(topic(f"t{i}", i, age=1.0) for i in range(5))),
+                            TopicLabels(3), 0.01)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Fixed())  # type: ignore[arg-type]
@@ -162,7 +193,7 @@ def test_the_families_expose_the_metric_names_once_per_label() -> None:
         assert f"outbox_relay_{name}" in parsed
     states = parsed["outbox_relay_topic_state"].samples
     assert len(states) == 4 * len(STATES)  # three topics and `other`
-    assert {s.labels["topic"] for s in states} == {"t4", "t3", "t2", OTHER}
+    assert {s.labels["topic"] for s in states} == {"t0", "t1", "t2", OTHER}
 
 
 def test_delta_rows_count_once_and_only_this_outboxs(tmp_path: Path) -> None:
