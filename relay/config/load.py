@@ -23,6 +23,8 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "RELAY_LEDGER_PATH": ("ledger", "path"),
     "RELAY_CHECKPOINT_PATH": ("relay", "checkpoint_path"),
     "RELAY_SOURCE_NAME": ("relay", "source_name"),
+    # Where a drain pushes its counters: a deployment's address, like the others here.
+    "RELAY_PUSHGATEWAY_URL": ("metrics", "pushgateway_url"),
 }
 PASSWORD_ENV = "RELAY_POSTGRES_PASSWORD"
 
