@@ -172,3 +172,15 @@ def test_the_databricks_profile_exports_the_drains_counters() -> None:
     metrics = build_config({"metrics": shipped["metrics"]},
                            env={"RELAY_PUSHGATEWAY_URL": url}).metrics
     assert metrics.enabled and metrics.pushgateway_url == url
+
+
+def test_the_drain_cluster_gives_the_profile_its_pushgateway() -> None:
+    """conf/databricks.toml reads the Pushgateway from RELAY_PUSHGATEWAY_URL: the drain's
+    cluster must set it, from a variable the bundle declares, or no drain pushes."""
+    jobs = yaml.safe_load((REPO / "resources" / "outbox_relay.job.yml").read_text("utf-8"))
+    variables = yaml.safe_load((REPO / "databricks.yml").read_text("utf-8"))["variables"]
+    drain = jobs["resources"]["jobs"]["outbox_relay_drain"]
+    for cluster in drain["job_clusters"]:
+        value = cluster["new_cluster"]["spark_env_vars"]["RELAY_PUSHGATEWAY_URL"]
+        match = re.fullmatch(r"\$\{var\.(\w+)\}", value)
+        assert match and match.group(1) in variables, value
