@@ -23,8 +23,9 @@ lint: setup
 	$(VENV)/bin/ruff check relay jobs tests dags notebooks
 	$(VENV)/bin/mypy relay
 
-# The whole suite: lint, then the unit, Spark, integration, Airflow (in .venv-airflow)
-# and fault-injection tiers (quick mode), on a stack the session starts itself.
+# The whole suite: lint, then the unit, Spark, integration, Airflow (in .venv-airflow
+# and .venv-airflow-spark-prev) and fault-injection tiers (quick mode), on a stack the
+# session starts itself.
 # Writes reports/faults.{json,md}.
 test: lint airflow-venv prometheus-tools
 	$(PY) -m pytest
@@ -58,17 +59,34 @@ bench: setup
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
 	$(PY) -m bench run $(BENCH_ARGS)
 
-# Airflow's own venv (docs/airflow.md): tests/integration/test_airflow_dags.py runs the
-# Airflow tier (tests/airflow) in it. Installed under the constraints the project keeps.
+# Airflow's own venvs (docs/airflow.md): tests/integration/test_airflow_dags.py runs the
+# Airflow tier (tests/airflow) in each. .venv-airflow installs requirements/airflow.txt
+# under the constraints the project keeps; .venv-airflow-spark-prev the same with the
+# Spark provider's previous minor version (requirements/airflow-spark-previous.txt),
+# its other packages pinned as in the first, so they come from pip's cache.
 AIRFLOW_VENV ?= .venv-airflow
+AIRFLOW_PREV_VENV ?= .venv-airflow-spark-prev
+SPARK_PROVIDER := apache-airflow-providers-apache-spark
 
-airflow-venv: $(AIRFLOW_VENV)/.installed
+airflow-venv: $(AIRFLOW_VENV)/.installed $(AIRFLOW_PREV_VENV)/.installed
 
 $(AIRFLOW_VENV)/.installed: requirements/airflow.txt requirements/airflow-constraints.txt
 	python3 -m venv $(AIRFLOW_VENV)
 	$(AIRFLOW_VENV)/bin/pip install --quiet --upgrade pip
 	$(AIRFLOW_VENV)/bin/pip install --quiet -r requirements/airflow.txt \
 		-c requirements/airflow-constraints.txt
+	touch $@
+
+$(AIRFLOW_PREV_VENV)/.installed: requirements/airflow.txt requirements/airflow-constraints.txt \
+		requirements/airflow-spark-previous.txt | $(AIRFLOW_VENV)/.installed
+	rm -rf $(AIRFLOW_PREV_VENV)
+	python3 -m venv $(AIRFLOW_PREV_VENV)
+	$(AIRFLOW_PREV_VENV)/bin/pip install --quiet --upgrade pip
+	grep -v '^$(SPARK_PROVIDER)==' requirements/airflow.txt > $(AIRFLOW_PREV_VENV)/requirements.txt
+	grep -v '^$(SPARK_PROVIDER)==' requirements/airflow-constraints.txt \
+		> $(AIRFLOW_PREV_VENV)/constraints.txt
+	$(AIRFLOW_PREV_VENV)/bin/pip install --quiet -r $(AIRFLOW_PREV_VENV)/requirements.txt \
+		-r requirements/airflow-spark-previous.txt -c $(AIRFLOW_PREV_VENV)/constraints.txt
 	touch $@
 
 # Re-resolve requirements/airflow.txt in a scratch venv and freeze the result.

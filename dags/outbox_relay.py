@@ -5,20 +5,23 @@ profile's checkpoint):
 
 - ``outbox_relay_drain``: ``spark-submit jobs/migrate.py --config PROFILE``, then
   ``spark-submit jobs/relay.py --config PROFILE --available-now``, through
-  ``RelaySparkSubmitOperator`` (a ``SparkSubmitOperator``) in client deploy mode.
-  The migrate step runs the project's ``jobs/migrate.py`` (the same as
+  ``RelaySparkSubmitOperator`` in client deploy mode, in the pool ``outbox_relay_spark``:
+  client mode runs the driver's JVM on the Airflow worker, and the pool bounds how many
+  run there at once. The migrate step runs the project's ``jobs/migrate.py`` (the same as
   ``outbox-relay migrate``) through the same operator rather than the CLI: it needs the
   relay's Python (not Airflow's: the two venvs conflict), profile, environment and
   network, as the drain does, which spark-submit already provides, and its exit codes
   go through the same table.
 - ``outbox_relay_databricks``: the Databricks bundle's drain job
-  (``resources/outbox_relay.job.yml``) through ``DatabricksRunNowOperator``. That job
-  runs ``jobs/migrate.py`` and then ``jobs/relay.py --available-now`` as tasks of one
-  run on one job cluster, so migrate precedes the drain inside the run; a separate
-  Airflow task for it would start a second cluster every 5 minutes. Pause the job's
-  own schedule when Airflow triggers it (``--var drain_pause_status=PAUSED``).
+  (``resources/outbox_relay.job.yml``) through ``DatabricksRunNowOperator``, deferrable
+  (the triggerer waits for the run, not a worker slot), by job id: development mode
+  prefixes the deployed job's name, the id stays. That job runs migrate and then the
+  available-now drain as tasks of one run on one job cluster, so migrate precedes the
+  drain inside the run; a separate Airflow task for it would start
+  a second cluster every 5 minutes. Pause the job's own schedule when Airflow triggers
+  it (``--var drain_pause_status=PAUSED``).
 
-Exit codes (``relay/exit_codes.py``; the decisions are ``outbox_relay_operators.POLICY``
+Exit codes (``relay/exit_codes.py``; the decisions are ``outbox_relay_exits.POLICY``
 and docs/airflow.md):
 
 - 0 OK: success.
@@ -27,13 +30,18 @@ and docs/airflow.md):
   another relay, and the next run tries them again). A bare exit 1 without those
   lines is spark-submit's or Python's own failure: retried.
 - 2 USAGE, 10 MIGRATION_FAILED, 11, 12, 13, 16, 17 (other commands' codes), 15 DEFECT: failed,
-  not retried (a person must fix the profile, the schema files or the code).
+  not retried (a person must fix the profile, the schema files or the code): the
+  task's ``retry_policy`` fails them at once.
 - 3 INTERRUPTED, 4 UNREACHABLE, 5 QUERY_FAILED, 6 NOT_VERIFIED, 7 DATABASE_ERROR,
   8 DATABASE_LOST, 9 LOCK_LOST, 14 RELAY_ERROR, 130 AT_ONCE, and any status outside
   the table: failed and retried. A retry reads what is still in the outbox: at least
   once, as after any restart.
 - On Databricks a non-zero exit fails the job's task (and its run: the Airflow task
   fails), after the job's own task retries.
+
+A task that fails for good (retries spent, or not retried) calls
+``RelayFailureNotifier``: a line in the task log, and a JSON POST to a webhook when
+``OUTBOX_RELAY_ALERT_CONN_ID`` names an Airflow connection whose host is its URL.
 
 Settings, read from the environment when the DAG file is parsed (none is a secret;
 credentials stay in the Spark connection, the worker's environment or Databricks
@@ -44,11 +52,15 @@ secrets, as the profile's ``env:NAME`` references and ``RELAY_POSTGRES_PASSWORD`
 - ``OUTBOX_RELAY_PROFILE``: the TOML profile (default ``conf/prod.toml`` under the home).
 - ``OUTBOX_RELAY_SPARK_CONN_ID`` (default ``spark_default``): the master, e.g. a Spark
   connection with host ``local[2]`` or ``spark://host:7077``.
+- ``OUTBOX_RELAY_SPARK_POOL`` (default ``outbox_relay_spark``): the pool of the
+  spark-submit tasks; create it (``airflow pools set``) before the first run.
 - ``OUTBOX_RELAY_PYSPARK_PYTHON``: the Python with the relay's dependencies, passed to
   spark-submit as ``PYSPARK_PYTHON`` (default: whatever the worker's environment says).
-- ``OUTBOX_RELAY_DATABRICKS_CONN_ID`` (default ``databricks_default``) and
-  ``OUTBOX_RELAY_DATABRICKS_JOB_NAME`` (default ``outbox-relay drain``, the bundle's
-  job name in a production target; development mode prefixes it).
+- ``OUTBOX_RELAY_DATABRICKS_CONN_ID`` (default ``databricks_default``).
+- ``OUTBOX_RELAY_ALERT_CONN_ID`` (default: none, the task log only).
+
+The Databricks job's id is the Airflow Variable ``outbox_relay_databricks_job_id``, read
+when the task runs (``databricks bundle summary -o json`` prints it after a deploy).
 """
 
 from __future__ import annotations
@@ -67,20 +79,26 @@ from airflow.sdk import DAG
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.append(str(Path(__file__).resolve().parent))
 
-from outbox_relay_operators import RELAY_HOME, RelaySparkSubmitOperator, markdown_table
+from outbox_relay_exits import RELAY_HOME, markdown_table
+from outbox_relay_operators import RelayFailureNotifier, RelaySparkSubmitOperator
 
 PROFILE = os.environ.get("OUTBOX_RELAY_PROFILE") or str(RELAY_HOME / "conf" / "prod.toml")
 SPARK_CONN_ID = os.environ.get("OUTBOX_RELAY_SPARK_CONN_ID") or "spark_default"
 PYSPARK_PYTHON = os.environ.get("OUTBOX_RELAY_PYSPARK_PYTHON")
+SPARK_POOL = os.environ.get("OUTBOX_RELAY_SPARK_POOL") or "outbox_relay_spark"
 DATABRICKS_CONN_ID = os.environ.get("OUTBOX_RELAY_DATABRICKS_CONN_ID") or "databricks_default"
-DATABRICKS_JOB_NAME = os.environ.get("OUTBOX_RELAY_DATABRICKS_JOB_NAME") or "outbox-relay drain"
+ALERT_CONN_ID = os.environ.get("OUTBOX_RELAY_ALERT_CONN_ID") or None
+# A template, so the Variable is read when the task runs, not each time the file is parsed.
+DATABRICKS_JOB_ID = "{{ var.value.outbox_relay_databricks_job_id }}"
 
 # The UI's DAG docs: this docstring and the decision for every code, from the table itself.
 DOC_MD = f"{__doc__}\n{markdown_table()}\n"
 EVERY_5_MINUTES = "*/5 * * * *"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 # A failed drain is tried again soon: the next scheduled run is at most 5 minutes away.
-DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=1)}
+# The notifier runs once a task has failed for good, not on each retry.
+DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=1),
+                "on_failure_callback": [RelayFailureNotifier(ALERT_CONN_ID)]}
 
 
 def _job(name: str) -> str:
@@ -106,6 +124,7 @@ with DAG(
         conn_id=SPARK_CONN_ID,
         env_vars=env,
         name="outbox-relay-migrate",
+        pool=SPARK_POOL,
         execution_timeout=timedelta(minutes=10),
     )
     drain = RelaySparkSubmitOperator(
@@ -115,7 +134,9 @@ with DAG(
         conn_id=SPARK_CONN_ID,
         env_vars=env,
         name="outbox-relay",
-        # The bundle's drain task has the same bound (resources/outbox_relay.job.yml).
+        pool=SPARK_POOL,
+        # The drain's own deadline (relay.available_now_deadline_s) ends it sooner; this
+        # bounds a spark-submit that hangs.
         execution_timeout=timedelta(minutes=30),
     )
     migrate >> drain
@@ -134,8 +155,10 @@ with DAG(
 ) as databricks_dag:
     DatabricksRunNowOperator(
         task_id="migrate_and_drain",
-        job_name=DATABRICKS_JOB_NAME,
+        job_id=DATABRICKS_JOB_ID,
         databricks_conn_id=DATABRICKS_CONN_ID,
+        # The triggerer polls the run; no worker slot waits for it.
+        deferrable=True,
         polling_period_seconds=30,
         # The job has its own timeout (3600 s) and task retries; this only bounds the wait.
         execution_timeout=timedelta(minutes=70),

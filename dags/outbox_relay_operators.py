@@ -1,176 +1,178 @@
-"""What each relay exit code means to Airflow, and the spark-submit operator that applies it.
+"""The spark-submit operator the drain DAG runs, and the notifier of its failures.
 
-The numbers come from `relay/exit_codes.py`, the project's one table: this module imports
-it (it needs nothing but the standard library), so a code added there without a decision
-here fails the DAG file's import, and the DagBag test, instead of being guessed at.
-
-docs/airflow.md prints the same decisions as a table.
+`RelaySparkSubmitOperator` starts spark-submit itself and reads the exit status from the
+process it started: the Spark provider's operator hides the process and its output
+behind private names, which changed between the provider's releases. What the provider
+still gives is its connection type: the master is read from a Spark connection as the
+provider documents it (host, optional port, the ``deploy-mode`` and ``spark-binary``
+extras). The decisions are `outbox_relay_exits.POLICY`; docs/airflow.md prints them.
 """
 
 from __future__ import annotations
 
-import enum
+import json
 import os
-import signal
+import shlex
 import subprocess
-import sys
-from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
+import urllib.request
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook, BaseNotifier, BaseOperator, Connection
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from outbox_relay_exits import (
+    LEFT_OVER_LINE,
+    LEFT_OVER_XCOM,
+    RETRY_POLICY,
+    describe,
+    exit_error,
+)
 
-# The checkout the DAG runs from: jobs/ and conf/ are there, and so is the
-# relay package whose exit-code table this module reads.
-RELAY_HOME = Path(os.environ.get("OUTBOX_RELAY_HOME") or Path(__file__).resolve().parents[1])
-if str(RELAY_HOME) not in sys.path:
-    sys.path.append(str(RELAY_HOME))
-
-from relay.exit_codes import ExitCode  # noqa: E402 - needs RELAY_HOME on the path
-
-# The line the relay prints for each topic an available-now drain left over
-# (relay/app.py, print_summary). The left-over scenario of tests/airflow runs the real
-# relay: a changed line would turn its success into a retried failure there.
-LEFT_OVER_LINE = "left over: topic "
-LEFT_OVER_XCOM = "left_over"
+# The launchers the provider's Spark connection accepts in its spark-binary extra.
+SPARK_BINARIES = ("spark-submit", "spark2-submit", "spark3-submit")
 
 
-class Outcome(enum.Enum):
-    SUCCESS = "success"
-    WARN = "success, with a warning in the task log"
-    RETRY = "failure, retried (the task's retries)"
-    FAIL = "failure, not retried"
+def spark_master(conn: Connection) -> str:
+    """The master of a Spark connection, read as the provider documents the connection:
+    the host is the master (``local[2]``, ``yarn``, ``spark://host``, ``k8s://https://...``),
+    or a bare host name that the connection type's scheme prefixes; a port is appended."""
+    host = (conn.host or "").strip()
+    if not host:
+        raise AirflowFailException(f"Spark connection {conn.conn_id!r} has no host: set the master")
+    master = host if "://" in host or not conn.port else f"{conn.conn_type}://{host}"
+    return f"{master}:{conn.port}" if conn.port else master
 
 
-# Retried: what another attempt may well not meet (an outage, a lost connection or lock,
-# a stop signal such as Airflow's own on a timeout). Not retried: what only a person
-# fixes (the profile, the schema files, a defect); retrying would repeat it and hide it.
-POLICY: Mapping[ExitCode, Outcome] = {
-    ExitCode.OK: Outcome.SUCCESS,
-    # Every other topic drained; the ones left over wait in error (a poison message, a
-    # missing topic) or are another relay's. A red run every 5 minutes would not drain
-    # them any faster: their state is in `outbox-relay topics` (kafka_topic_info).
-    ExitCode.LEFT_OVER: Outcome.WARN,
-    ExitCode.USAGE: Outcome.FAIL,
-    ExitCode.INTERRUPTED: Outcome.RETRY,
-    ExitCode.UNREACHABLE: Outcome.RETRY,
-    ExitCode.QUERY_FAILED: Outcome.RETRY,
-    ExitCode.NOT_VERIFIED: Outcome.RETRY,
-    ExitCode.DATABASE_ERROR: Outcome.RETRY,
-    ExitCode.DATABASE_LOST: Outcome.RETRY,
-    ExitCode.LOCK_LOST: Outcome.RETRY,
-    ExitCode.MIGRATION_FAILED: Outcome.FAIL,
-    # Codes of other commands (ledger, parked, stack, status); the DAG runs none of them.
-    ExitCode.NOT_FOUND: Outcome.FAIL,
-    ExitCode.DECLINED: Outcome.FAIL,
-    ExitCode.STACK_FAILED: Outcome.FAIL,
-    ExitCode.RELAY_ERROR: Outcome.RETRY,
-    ExitCode.DEFECT: Outcome.FAIL,
-    ExitCode.UNHEALTHY: Outcome.FAIL,
-    ExitCode.BUSY: Outcome.FAIL,  # `skip`'s code; the DAG never runs it
-    ExitCode.AT_ONCE: Outcome.RETRY,
-}
-_UNDECIDED = set(ExitCode) - set(POLICY)
-if _UNDECIDED:
-    raise ImportError(f"relay exit codes without an Airflow outcome: {sorted(_UNDECIDED)}")
+def spark_submit_command(conn: Connection, application: str, application_args: Sequence[str],
+                         name: str) -> list[str]:
+    """spark-submit in client deploy mode: there it exits with the driver's (the relay's)
+    code, which cluster mode would leave on the cluster."""
+    extra = conn.extra_dejson
+    mode = extra.get("deploy-mode") or "client"
+    if mode != "client":
+        raise AirflowFailException(
+            f"Spark connection {conn.conn_id!r} sets deploy-mode {mode!r}: the relay's exit "
+            "code reaches Airflow in client mode only")
+    binary = extra.get("spark-binary") or SPARK_BINARIES[0]
+    if binary not in SPARK_BINARIES:
+        raise AirflowFailException(f"spark-binary must be one of {', '.join(SPARK_BINARIES)}")
+    return [binary, "--master", spark_master(conn), "--deploy-mode", "client", "--name", name,
+            application, *application_args]
 
 
-def outcome(returncode: int, left_over: Iterable[str] = ()) -> Outcome:
-    """Airflow's outcome for spark-submit's exit status.
+class RelaySparkSubmitOperator(BaseOperator):
+    """Runs ``spark-submit APPLICATION ARGS`` and maps its exit status through `POLICY`.
 
-    Exit 1 is also what spark-submit's JVM and a Python that cannot even import the job
-    return, so it counts as LEFT_OVER only next to the relay's own left-over lines. A
-    status outside the table (a signal's negative status, a JVM crash) is retried.
-    """
-    try:
-        code = ExitCode(returncode)
-    except ValueError:
-        return Outcome.RETRY
-    if code is ExitCode.LEFT_OVER and not any(True for _ in left_over):
-        return Outcome.RETRY
-    return POLICY[code]
-
-
-def _describe(returncode: int, left_over: list[str]) -> str:
-    if returncode == ExitCode.LEFT_OVER and not left_over:
-        return "without the relay's left-over lines: spark-submit's or Python's own failure"
-    try:
-        return ExitCode(returncode).name
-    except ValueError:
-        return "not a relay exit code"
-
-
-class RelaySparkSubmitOperator(SparkSubmitOperator):
-    """`SparkSubmitOperator` that reads the relay's exit code through `POLICY`.
-
-    Client deploy mode only (the provider's default): there spark-submit exits with the
-    driver's code. On a kill (a timeout, a task marked failed) spark-submit first gets
-    SIGTERM, which the relay turns into its graceful stop, and only after `stop_grace_s`
-    the provider's SIGKILL.
+    Left-over topics (exit 1 with the relay's lines) succeed with a warning and the lines
+    in the XCom ``left_over``; a failure raises `RelayExitNotRetried` (which `RETRY_POLICY`
+    fails at once) or `RelayExitRetried`. On a kill (a timeout, a task marked failed)
+    spark-submit first gets SIGTERM, the relay's graceful stop, and SIGKILL only after
+    `stop_grace_s`.
     """
 
-    def __init__(self, *, stop_grace_s: float = 45.0, **kwargs: Any) -> None:
+    template_fields: Sequence[str] = ("application", "application_args", "env_vars", "name")
+
+    def __init__(self, *, application: str, application_args: Sequence[str] = (),
+                 conn_id: str = "spark_default", name: str = "outbox-relay",
+                 env_vars: Mapping[str, str] | None = None, stop_grace_s: float = 45.0,
+                 **kwargs: Any) -> None:
+        kwargs.setdefault("retry_policy", RETRY_POLICY)
         super().__init__(**kwargs)
+        self.application = application
+        self.application_args = list(application_args)
+        self.conn_id = conn_id
+        self.name = name
+        self.env_vars = dict(env_vars or {})
         self.stop_grace_s = stop_grace_s
-        self.left_over: list[str] = []
-
-    def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        # The hook logs spark-submit's output line by line and keeps none of it; watch the
-        # same lines for the relay's left-over report (see `outcome`).
-        process = hook._process_spark_submit_log
-
-        def watched(lines: Iterator[Any]) -> None:
-            process(self._watch(lines))
-
-        hook._process_spark_submit_log = watched  # type: ignore[method-assign]
-        return hook
-
-    def _watch(self, lines: Iterator[Any]) -> Iterator[Any]:
-        for line in lines:
-            if str(line).strip().startswith(LEFT_OVER_LINE):
-                self.left_over.append(str(line).strip())
-            yield line
+        self._spark_submit: subprocess.Popen[str] | None = None
 
     def execute(self, context: Any) -> None:
-        self.left_over = []
+        command = spark_submit_command(BaseHook.get_connection(self.conn_id), self.application,
+                                       self.application_args, self.name)
+        # Logged whole: the command holds paths and names; credentials come from the
+        # environment and the profile's env:NAME references.
+        self.log.info("running %s", shlex.join(command))
+        returncode, left_over = self._watch_spark_submit(command)
+        error = exit_error(returncode, left_over)
+        if error is not None:
+            raise error
+        if left_over:
+            self.log.warning("relay exit %d (%s): %s. Counted as a success; see "
+                             "`outbox-relay topics`.", returncode, describe(returncode, left_over),
+                             "; ".join(left_over))
+            # For a downstream alert, or a look in the UI: which topics, and why.
+            context["ti"].xcom_push(key=LEFT_OVER_XCOM, value=left_over)
+
+    def _watch_spark_submit(self, command: list[str]) -> tuple[int, list[str]]:
+        """Runs `command`, logging its output line by line; returns its exit status and
+        the relay's left-over lines."""
+        env = {**os.environ, **{k: str(v) for k, v in self.env_vars.items()}}
         try:
-            super().execute(context)
-            return
-        except AirflowException as exc:
-            process = self._hook._submit_sp if self._hook is not None else None
-            if process is None or not process.returncode:
-                raise  # failed before spark-submit ran, or for another reason than its exit
-            code = process.returncode
-            decided = outcome(code, self.left_over)
-            name = _describe(code, self.left_over)
-            if decided is Outcome.WARN:
-                self.log.warning(
-                    "relay exit %d (%s): %s. Counted as a success; see `outbox-relay topics`.",
-                    code, name, "; ".join(self.left_over))
-                # For a downstream alert, or a look in the UI: which topics, and why.
-                context["ti"].xcom_push(key=LEFT_OVER_XCOM, value=self.left_over)
-                return
-            message = f"relay exit {code} ({name}): {decided.value}"
-            if decided is Outcome.FAIL:
-                raise AirflowFailException(message) from exc
-            raise AirflowException(message) from exc
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True, errors="replace", env=env)
+        except FileNotFoundError as exc:
+            raise AirflowException(f"{command[0]} is not on the worker's PATH") from exc
+        self._spark_submit = process
+        left_over: list[str] = []
+        assert process.stdout is not None
+        for raw in process.stdout:
+            line = raw.rstrip("\n")
+            self.log.info("%s", line)
+            if line.strip().startswith(LEFT_OVER_LINE):
+                left_over.append(line.strip())
+        return process.wait(), left_over
 
     def on_kill(self) -> None:
-        process = self._hook._submit_sp if self._hook is not None else None
-        if process is not None and process.poll() is None:
-            self.log.info("SIGTERM to spark-submit: the relay stops gracefully")
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=self.stop_grace_s)
-            except subprocess.TimeoutExpired:
-                self.log.warning("spark-submit still running after %.0f s", self.stop_grace_s)
-        super().on_kill()
+        process = self._spark_submit
+        if process is None or process.poll() is not None:
+            return
+        self.log.info("SIGTERM to spark-submit: the relay stops gracefully")
+        process.terminate()
+        try:
+            process.wait(timeout=self.stop_grace_s)
+        except subprocess.TimeoutExpired:
+            self.log.warning("spark-submit still running after %.0f s: SIGKILL", self.stop_grace_s)
+            process.kill()
+            process.wait()
 
 
-def markdown_table() -> str:
-    """The table of what each exit code means to Airflow, as docs/airflow.md prints it."""
-    rows = [f"| {int(c)} | `{c.name}` | {POLICY[c].value} |" for c in ExitCode]
-    return "\n".join(["| code | name | to Airflow |", "| --- | --- | --- |", *rows])
+class RelayFailureNotifier(BaseNotifier):
+    """A task's final failure (after its retries, or at once when not retried): one line
+    in the task log, and a JSON POST to a webhook when `conn_id` names one.
+
+    The webhook is an Airflow connection whose host is the URL (it holds a secret, so it
+    is no DAG setting). The body's ``text`` is the line, the field incoming webhooks of
+    chat tools read; the other fields are for an alert router.
+    """
+
+    def __init__(self, conn_id: str | None = None) -> None:
+        super().__init__()
+        self.conn_id = conn_id
+
+    def notify(self, context: Any) -> None:
+        ti = context["ti"]
+        exception = context.get("exception")
+        text = (f"outbox-relay: {ti.dag_id}.{ti.task_id} failed in run {ti.run_id} "
+                f"(try {ti.try_number}): {exception}")
+        self.log.error("%s", text)
+        if not self.conn_id:
+            return
+        body = {"text": text, "dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
+                "try_number": ti.try_number, "returncode": getattr(exception, "returncode", None),
+                "exception": str(exception)}
+        request = urllib.request.Request(
+            webhook_url(BaseHook.get_connection(self.conn_id)), method="POST",
+            data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                response.read()
+        except OSError as exc:  # the failure itself is recorded; a lost alert must not hide it
+            self.log.warning("failure webhook %r not reached: %s", self.conn_id, exc)
+
+
+def webhook_url(conn: Connection) -> str:
+    host = (conn.host or "").strip()
+    if "://" in host:
+        return host
+    port = f":{conn.port}" if conn.port else ""
+    return f"{conn.schema or 'https'}://{host}{port}"

@@ -18,7 +18,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 TOKEN = "standin-token"  # not a secret: the stand-in only checks that one is sent
-LIFECYCLE = ["PENDING", "RUNNING", "TERMINATED"]
 
 
 @dataclass
@@ -26,6 +25,10 @@ class JobsApi:
     job_name: str
     job_id: int = 4242
     relay_fails: bool = False
+    # The poll of a run that first sees it TERMINATED: PENDING at the first, RUNNING
+    # between. The operator's own polls before it defers (3) come earlier, so the wait
+    # falls to the trigger.
+    terminated_at_poll: int = 6
     requests: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     polls: dict[int, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -37,7 +40,8 @@ class JobsApi:
                 jobs = [{"job_id": self.job_id, "settings": {"name": self.job_name}}]
                 return 200, {"jobs": [j for j in jobs if body.get("name") in (None, self.job_name)]}
             if (method, path) == ("POST", "/api/2.2/jobs/run-now"):
-                if body.get("job_id") != self.job_id:
+                # The provider sends the id as text, as the Jobs API accepts it.
+                if str(body.get("job_id")) != str(self.job_id):
                     return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": "no such job"}
                 run_id = 1000 + len(self.polls)
                 self.polls[run_id] = 0
@@ -47,11 +51,16 @@ class JobsApi:
                 if run_id not in self.polls:
                     return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no such run"}
                 self.polls[run_id] += 1
-                return 200, self._run(run_id, LIFECYCLE[min(self.polls[run_id], 3) - 1])
+                return 200, self._run(run_id, self._lifecycle(self.polls[run_id]))
             if (method, path) == ("GET", "/api/2.2/jobs/runs/get-output"):
                 return 200, {"error": "relay exited with code 4 (UNREACHABLE)",
                              "metadata": {"run_id": int(body["run_id"])}}
             return 404, {"error_code": "ENDPOINT_NOT_FOUND", "message": path}
+
+    def _lifecycle(self, poll: int) -> str:
+        if poll >= self.terminated_at_poll:
+            return "TERMINATED"
+        return "PENDING" if poll == 1 else "RUNNING"
 
     def _run(self, run_id: int, lifecycle: str) -> dict[str, Any]:
         done = lifecycle == "TERMINATED"

@@ -1,4 +1,6 @@
-"""The DAG file parses without import errors, and both DAGs have the agreed shape."""
+"""The DAG file parses without import errors, and both DAGs have the agreed shape: the
+spark-submit tasks in a pool of their own, the Databricks task deferrable and by job id,
+a failure notifier on every task."""
 
 from __future__ import annotations
 
@@ -52,22 +54,50 @@ def test_the_spark_dag_migrates_then_drains_available_now(bag: DagBag) -> None:
     assert drain.execution_timeout is not None
 
 
+def test_the_spark_submit_tasks_take_a_slot_of_their_pool(bag: DagBag) -> None:
+    # Client mode runs each driver's JVM on the worker: the pool bounds how many at once.
+    spark = bag.dags["outbox_relay_drain"]
+    (databricks,) = bag.dags["outbox_relay_databricks"].tasks
+
+    assert {(t.task_id, t.pool, t.pool_slots) for t in spark.tasks} == {
+        ("migrate", "outbox_relay_spark", 1), ("drain", "outbox_relay_spark", 1)}
+    assert databricks.pool == "default_pool"  # deferred: no JVM, and no slot while it waits
+
+
+@pytest.mark.parametrize("dag_id", ["outbox_relay_drain", "outbox_relay_databricks"])
+def test_every_task_notifies_its_final_failure(bag: DagBag, dag_id: str) -> None:
+    for task in bag.dags[dag_id].tasks:
+        callbacks = task.on_failure_callback
+        callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+        assert "RelayFailureNotifier" in {type(c).__name__ for c in callbacks}, task.task_id
+
+
+def test_the_databricks_task_defers_and_names_the_job_by_id(bag: DagBag) -> None:
+    (task,) = bag.dags["outbox_relay_databricks"].tasks
+
+    assert task.deferrable is True  # the triggerer waits for the run, not a worker slot
+    # Development mode prefixes a deployed job's name ("[dev user] ..."); the id stays.
+    assert task.job_name is None
+    assert "job_name" not in (task.json or {})
+    assert task.job_id == "{{ var.value.outbox_relay_databricks_job_id }}"
+
+
 def _drain_job() -> dict[str, Any]:
     jobs = yaml.safe_load((REPO / "resources" / "outbox_relay.job.yml").read_text())
     return jobs["resources"]["jobs"]["outbox_relay_drain"]
 
 
+def _parameters(task: dict[str, Any]) -> list[str]:
+    kind = task.get("spark_python_task") or task.get("python_wheel_task") or {}
+    return [str(p) for p in kind.get("parameters", [])]
+
+
 def test_the_databricks_dag_runs_the_bundles_drain_job_which_migrates_first(bag: DagBag) -> None:
-    dag = bag.dags["outbox_relay_databricks"]
-    (task,) = dag.tasks
-    job = _drain_job()
-    tasks = {t["task_key"]: t for t in job["tasks"]}
-    files = {key: t["spark_python_task"]["python_file"] for key, t in tasks.items()}
+    (task,) = bag.dags["outbox_relay_databricks"].tasks
+    tasks = {t["task_key"]: t for t in _drain_job()["tasks"]}
 
     assert isinstance(task, DatabricksRunNowOperator)
-    assert task.job_name == job["name"]
     # The job's run is the unit Airflow triggers: migrate, then the available-now drain.
-    (drain_key,) = [k for k, f in files.items() if f.endswith("jobs/relay.py")]
-    (migrate_key,) = [k for k, f in files.items() if f.endswith("jobs/migrate.py")]
-    assert "--available-now" in tasks[drain_key]["spark_python_task"]["parameters"]
-    assert [d["task_key"] for d in tasks[drain_key]["depends_on"]] == [migrate_key]
+    (drain_key,) = [k for k, t in tasks.items() if "--available-now" in _parameters(t)]
+    (migrate_key,) = [d["task_key"] for d in tasks[drain_key].get("depends_on", [])]
+    assert "migrate" in yaml.safe_dump(tasks[migrate_key])

@@ -1,5 +1,7 @@
-"""The Databricks DAG against a loopback stand-in of the Jobs API: the task succeeds
-when the bundle's drain job run succeeds, and fails when the run fails."""
+"""The Databricks DAG against a loopback stand-in of the Jobs API: the task triggers the
+job by its id (the Variable), whatever development mode made of its name, waits for the
+run deferred, succeeds when the run succeeds, and fails, with a notice to the failure
+webhook, when the run fails."""
 
 from __future__ import annotations
 
@@ -11,47 +13,69 @@ import pytest
 
 from tests.airflow.dag_runs import load_dag, run_dag, task_states
 from tests.airflow.jobs_api_standin import TOKEN, JobsApi, serve
+from tests.airflow.webhook_receiver import Received, webhook_receiver
 
-JOB_NAME = "outbox-relay drain"
+# What `databricks bundle deploy` names the job in a development target.
+DEV_JOB_NAME = "[dev someone] outbox-relay drain"
 
 
 @pytest.fixture
 def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[JobsApi]:
-    api = JobsApi(job_name=JOB_NAME)
+    api = JobsApi(job_name=DEV_JOB_NAME)
     server = serve(api)
     host, port = server.server_address[:2]
     conn = {"conn_type": "databricks", "host": str(host), "port": port, "schema": "http",
             "password": TOKEN}
     monkeypatch.setenv("AIRFLOW_CONN_DATABRICKS_STANDIN", json.dumps(conn))
     monkeypatch.setenv("OUTBOX_RELAY_DATABRICKS_CONN_ID", "databricks_standin")
+    # As `airflow variables set outbox_relay_databricks_job_id <id>` stores it: text.
+    monkeypatch.setenv("AIRFLOW_VAR_OUTBOX_RELAY_DATABRICKS_JOB_ID", str(api.job_id))
     yield api
     server.shutdown()
     server.server_close()
 
 
+@pytest.fixture
+def webhook(monkeypatch: pytest.MonkeyPatch) -> Iterator[Received]:
+    with webhook_receiver() as received:
+        monkeypatch.setenv("AIRFLOW_CONN_RELAY_ALERTS",
+                           json.dumps({"conn_type": "http", "host": received.url}))
+        monkeypatch.setenv("OUTBOX_RELAY_ALERT_CONN_ID", "relay_alerts")
+        yield received
+
+
 def _run(api: JobsApi) -> dict[str, Any]:
     dag = load_dag("outbox_relay_databricks")
     for task in dag.tasks:
-        task.polling_period_seconds = 0.2  # the stand-in's runs take three polls
+        task.polling_period_seconds = 0.2  # the stand-in's runs take six polls
         task.retries = 0  # one job run per test; the structure test checks the retries
     return task_states(run_dag(dag))
 
 
-def test_the_task_succeeds_when_the_job_run_succeeds(standin: JobsApi) -> None:
+def test_the_task_triggers_the_job_by_id_and_succeeds_with_its_run(
+        standin: JobsApi, webhook: Received, caplog: pytest.LogCaptureFixture) -> None:
     states = _run(standin)
 
     assert states == {"migrate_and_drain": "success"}
-    assert standin.run_nows() == [{"job_id": standin.job_id}]
+    assert [{k: str(v) for k, v in b.items()} for b in standin.run_nows()] == [
+        {"job_id": str(standin.job_id)}]
+    assert [p for m, p, b in standin.requests if p == "/api/2.2/jobs/list"] == []
     polls = [b for m, p, b in standin.requests if p == "/api/2.2/jobs/runs/get"]
-    assert len(polls) >= 3, "polled until the run terminated"
+    assert len(polls) >= standin.terminated_at_poll, "polled until the run terminated"
+    # dag.test()'s own line when a task defers: it runs the trigger in this process.
+    assert "[DAG TEST] running trigger in line" in caplog.text, "the wait deferred"
+    assert webhook.bodies == []
 
 
-def test_the_task_fails_when_the_job_run_fails(standin: JobsApi) -> None:
+def test_the_task_fails_with_its_run_and_notifies_the_webhook(
+        standin: JobsApi, webhook: Received) -> None:
     standin.relay_fails = True
 
     states = _run(standin)
 
     assert states == {"migrate_and_drain": "failed"}
     assert len(standin.run_nows()) == 1
-    outputs = [b for m, p, b in standin.requests if p == "/api/2.2/jobs/runs/get-output"]
-    assert outputs, "the failed relay task's error was fetched for the task log"
+    (notice,) = webhook.bodies
+    assert (notice["dag_id"], notice["task_id"]) == ("outbox_relay_databricks", "migrate_and_drain")
+    assert notice["text"].startswith(
+        "outbox-relay: outbox_relay_databricks.migrate_and_drain failed")

@@ -1,26 +1,44 @@
 """What each relay exit code means to Airflow: every code has a decision, exit 1 counts
-as LEFT_OVER only with the relay's own lines, docs/airflow.md prints the same table, and a
-kill reaches spark-submit as SIGTERM first."""
+as LEFT_OVER only with the relay's own lines, the retry policy fails exactly the codes
+not retried, docs/airflow.md prints the same table, and the operator reads the status
+of the spark-submit process it starts.
+
+The operator runs a real child here: a `spark-submit` on PATH that runs the application
+with Python, as spark-submit does in client mode, without Spark (the drains of
+test_airflow_spark_dag.py run the real one). This module runs in each Airflow venv,
+one per Spark provider minor version (tests/integration/test_airflow_dags.py).
+"""
 
 from __future__ import annotations
 
+import os
 import re
-import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
-from outbox_relay_operators import (
+from airflow.sdk import RetryAction
+from outbox_relay_exits import (
     LEFT_OVER_LINE,
     POLICY,
+    RETRY_POLICY,
     Outcome,
-    RelaySparkSubmitOperator,
+    RelayExit,
+    RelayExitNotRetried,
+    RelayExitRetried,
+    exit_error,
     markdown_table,
     outcome,
 )
+from outbox_relay_operators import RelaySparkSubmitOperator
 
 from relay.exit_codes import ExitCode
 from tests.airflow.conftest import REPO
+
+LOCKED = f"{LEFT_OVER_LINE}orders: locked by another-relay"
 
 
 def test_every_exit_code_has_an_outcome() -> None:
@@ -29,7 +47,7 @@ def test_every_exit_code_has_an_outcome() -> None:
 
 @pytest.mark.parametrize(("code", "lines", "expected"), [
     (0, [], Outcome.SUCCESS),
-    (1, [f"{LEFT_OVER_LINE}orders: locked by another-relay"], Outcome.WARN),
+    (1, [LOCKED], Outcome.WARN),
     (1, [], Outcome.RETRY),  # spark-submit's own exit 1, or Python failing to import
     (2, [], Outcome.FAIL),
     (4, [], Outcome.RETRY),
@@ -43,31 +61,33 @@ def test_outcome(code: int, lines: list[str], expected: Outcome) -> None:
     assert outcome(code, lines) is expected
 
 
+@pytest.mark.parametrize("code", [*map(int, ExitCode), -9, -15, 137])
+def test_the_retry_policy_fails_at_once_exactly_the_codes_not_retried(code: int) -> None:
+    lines = [LOCKED] if code == ExitCode.LEFT_OVER else []
+    error = exit_error(code, lines)
+    decided = outcome(code, lines)
+
+    if decided in (Outcome.SUCCESS, Outcome.WARN):
+        assert error is None
+        return
+    assert isinstance(error, RelayExit) and error.returncode == code
+    action = RETRY_POLICY.evaluate(error, try_number=1, max_tries=3).action
+    if decided is Outcome.FAIL:
+        assert isinstance(error, RelayExitNotRetried) and action is RetryAction.FAIL
+    else:
+        assert isinstance(error, RelayExitRetried) and action is RetryAction.DEFAULT
+
+
+def test_the_operator_carries_the_retry_policy() -> None:
+    operator = RelaySparkSubmitOperator(task_id="drain", application="jobs/relay.py")
+
+    assert operator.retry_policy is RETRY_POLICY
+
+
 def test_the_docs_print_the_policy() -> None:
     page = "\n".join(line.strip() for line in
                      (REPO / "docs" / "airflow.md").read_text(encoding="utf-8").splitlines())
     assert markdown_table() in page
-
-
-def test_a_kill_sends_sigterm_to_spark_submit_before_the_providers_sigkill() -> None:
-    operator = RelaySparkSubmitOperator(task_id="drain", application="jobs/relay.py",
-                                        conn_id="spark_no_such_connection", stop_grace_s=20)
-    hook = operator._hook = operator._get_hook()
-    # A real child in spark-submit's place: it exits 3 (INTERRUPTED) on SIGTERM, as the
-    # relay does when a stop signal comes before the outbox drained.
-    hook._submit_sp = subprocess.Popen([sys.executable, "-c", (
-        "import signal, sys, time\n"
-        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
-    assert hook._submit_sp.stdout is not None
-    assert hook._submit_sp.stdout.readline().strip() == "ready"
-
-    started = time.monotonic()
-    operator.on_kill()
-
-    assert hook._submit_sp.wait(timeout=5) == ExitCode.INTERRUPTED
-    assert time.monotonic() - started < 20
 
 
 def test_the_dag_docstring_names_each_code_by_its_number() -> None:
@@ -76,3 +96,118 @@ def test_the_dag_docstring_names_each_code_by_its_number() -> None:
 
     assert {name for _, name in named} >= {"OK", "LEFT_OVER", "USAGE", "DEFECT"}
     assert all(ExitCode[name] == int(number) for number, name in named)
+
+
+# -- the operator, on a real child process ----------------------------------------------
+
+class _TaskInstance:
+    """Records XCom pushes: the only part of the task instance `execute` touches."""
+
+    def __init__(self) -> None:
+        self.xcom: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcom[key] = value
+
+
+@pytest.fixture
+def launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A `spark-submit` first on PATH that drops spark-submit's options and runs the
+    application with this Python, which exits with its own status."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "spark-submit"
+    script.write_text(
+        "#!/bin/sh\n"
+        "while [ \"${1#--}\" != \"$1\" ]; do shift 2; done\n"
+        f"exec {sys.executable} \"$@\"\n", encoding="utf-8")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_STANDIN", '{"conn_type": "spark", "host": "local[1]"}')
+    return tmp_path
+
+
+def _application(directory: Path, body: str) -> str:
+    path = directory / "app.py"
+    path.write_text(body, encoding="utf-8")
+    return str(path)
+
+
+def _operator(application: str, **kwargs: Any) -> RelaySparkSubmitOperator:
+    return RelaySparkSubmitOperator(task_id="drain", application=application,
+                                    conn_id="spark_standin", **kwargs)
+
+
+@pytest.mark.parametrize(("code", "lines", "raised"), [
+    (0, [], None),
+    (1, [LOCKED], None),
+    (1, [], RelayExitRetried),
+    (2, [], RelayExitNotRetried),
+    (4, [], RelayExitRetried),
+    (10, [], RelayExitNotRetried),
+    (15, [], RelayExitNotRetried),
+    (130, [], RelayExitRetried),
+])
+def test_the_operator_maps_the_status_of_the_process_it_started(
+        launcher: Path, code: int, lines: list[str], raised: type[RelayExit] | None) -> None:
+    prints = "".join(f"print({line!r})\n" for line in ["outbox-relay: 3 messages", *lines])
+    operator = _operator(_application(launcher, f"import sys\n{prints}sys.exit({code})\n"))
+    ti = _TaskInstance()
+
+    if raised is None:
+        operator.execute({"ti": ti})
+        assert ti.xcom.get("left_over") == (lines or None)
+    else:
+        with pytest.raises(raised) as failed:
+            operator.execute({"ti": ti})
+        assert failed.value.returncode == code
+        assert str(failed.value).startswith(f"relay exit {code} (")
+
+
+def _stopper(directory: Path, on_sigterm: str) -> str:
+    return _application(directory, (
+        "import signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, {on_sigterm})\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"))
+
+
+def _kill_while_running(operator: RelaySparkSubmitOperator) -> tuple[BaseException | None, float]:
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            operator.execute({"ti": _TaskInstance()})
+        except BaseException as exc:  # the thread hands the failure to the test
+            failure.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while operator._spark_submit is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the child sets its handler before it prints 'ready'
+    started = time.monotonic()
+    operator.on_kill()
+    thread.join(timeout=30)
+    return (failure[0] if failure else None), time.monotonic() - started
+
+
+def test_a_kill_sends_sigterm_first_the_relays_graceful_stop(launcher: Path) -> None:
+    # Exits 3 (INTERRUPTED) on SIGTERM, as the relay does when a stop signal comes
+    # before the outbox drained.
+    operator = _operator(_stopper(launcher, "lambda *_: sys.exit(3)"), stop_grace_s=20)
+
+    failure, took = _kill_while_running(operator)
+
+    assert isinstance(failure, RelayExitRetried) and failure.returncode == ExitCode.INTERRUPTED
+    assert took < 20
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(launcher: Path) -> None:
+    operator = _operator(_stopper(launcher, "signal.SIG_IGN"), stop_grace_s=1)
+
+    failure, took = _kill_while_running(operator)
+
+    assert isinstance(failure, RelayExitRetried) and failure.returncode == -9
+    assert 1 <= took < 10

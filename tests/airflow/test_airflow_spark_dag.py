@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
-from outbox_relay_operators import LEFT_OVER_LINE, LEFT_OVER_XCOM
+from outbox_relay_exits import LEFT_OVER_LINE, LEFT_OVER_XCOM
 
 from tests.airflow.dag_runs import load_dag, run_dag, task_states
 
@@ -73,20 +72,27 @@ def test_topics_left_over_are_a_success_with_a_warning(scenarios: dict[str, Any]
 
 
 def test_an_invalid_profile_fails_without_retries(scenarios: dict[str, Any],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capfd: pytest.CaptureFixture[str]) -> None:
     run, states = _run(monkeypatch, scenarios["usage"]["profile"])
 
     assert states == {"migrate": "failed", "drain": "upstream_failed"}
     migrate = next(ti for ti in run.get_task_instances() if ti.task_id == "migrate")
-    assert migrate.try_number == 1, "exit 2 (USAGE) is not retried"
+    assert migrate.max_tries >= 2 and migrate.try_number == 1, \
+        "exit 2 (USAGE) is not retried: the retry policy failed it at once"
+    out = capfd.readouterr().out
+    assert "relay exit 2 (USAGE): failure, not retried" in out
+    assert "outbox-relay: outbox_relay_drain.migrate failed" in out, "the failure notifier ran"
 
 
 def test_a_bare_exit_1_is_retried_not_taken_for_topics_left_over(
         scenarios: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
         capfd: pytest.CaptureFixture[str]) -> None:
-    # This venv's Python has no pyspark or psycopg2: jobs/migrate.py dies on its imports
-    # with exit 1, the number of LEFT_OVER, but without the relay's left-over lines.
-    monkeypatch.setenv("OUTBOX_RELAY_PYSPARK_PYTHON", sys.executable)
+    # spark-submit refuses a master it cannot parse with exit 1, the number of
+    # LEFT_OVER, before the relay runs: no left-over lines.
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_NO_MASTER",
+                       json.dumps({"conn_type": "spark", "host": "no-such-master"}))
+    monkeypatch.setenv("OUTBOX_RELAY_SPARK_CONN_ID", "spark_no_master")
     monkeypatch.setenv("OUTBOX_RELAY_PROFILE", scenarios["usage"]["profile"])
     dag = load_dag(DAG_ID)
     migrate = dag.get_task("migrate")

@@ -1,9 +1,11 @@
 """The Airflow tier, from the main session: seed outboxes on the shared stack, run
 tests/airflow in `.venv-airflow` (DagBag, structure, `dag.test()` through a real
 spark-submit, the Databricks DAG against a Jobs API stand-in), then check with an
-independent consumer that every seeded message arrived.
+independent consumer that every seeded message arrived. The tier runs once more, but
+for the drains, in `.venv-airflow-spark-prev`: the same Airflow with the Spark
+provider's previous minor version, so the exit-code mapping is tested on both.
 
-`make test` installs `.venv-airflow` first; without it this test fails, it does not skip.
+`make test` installs both venvs first; without them these tests fail, they do not skip.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import psycopg2
 import pyspark
 import pytest
+from packaging.version import Version
 
 from relay.config.load import ENV_OVERRIDES, build_config
 from relay.control.db import Database
@@ -32,6 +35,8 @@ from tests.integration.process import REPO, write_profile
 pytestmark = pytest.mark.integration
 
 AIRFLOW_PYTHON = REPO / ".venv-airflow" / "bin" / "python"
+PREVIOUS_PYTHON = REPO / ".venv-airflow-spark-prev" / "bin" / "python"
+SPARK_PROVIDER = "apache-airflow-providers-apache-spark"
 # Deimos's own columns: the outbox as Deimos wrote it, before the relay's migrations.
 DEIMOS_INSERT = "INSERT INTO kafka_messages (topic, message, key, partition_key) " \
                 "VALUES (%s, %s, %s, %s) RETURNING id"
@@ -97,11 +102,47 @@ def _seed(url: str, rows: list[tuple[str, bytes, bytes | None, str | None]],
         conn.close()
 
 
-def _run_airflow_tier(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _pinned_spark_provider(requirements: str) -> str:
+    text = (REPO / "requirements" / requirements).read_text(encoding="utf-8")
+    (line,) = [ln for ln in text.splitlines() if ln.startswith(f"{SPARK_PROVIDER}==")]
+    return line.partition("==")[2].strip()
+
+
+def _run_airflow_tier(python: Path, env: dict[str, str],
+                      *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(AIRFLOW_PYTHON), "-m", "pytest", "tests/airflow", "-q", "--durations=8"],
+        [str(python), "-m", "pytest", "tests/airflow", "-q", "--durations=8", *args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1200,
     )
+
+
+def _passed(done: subprocess.CompletedProcess[str]) -> None:
+    output = done.stdout[-20000:] + done.stderr[-5000:]
+    # 5 would mean pytest collected nothing: the tier did not run, which is no pass.
+    assert done.returncode == 0, f"Airflow tier exited {done.returncode}:\n{output}"
+    # The version check skips only when no version is named (its reason, in the summary
+    # that -ra prints): here one always is.
+    assert "no version named" not in done.stdout, output
+
+
+def test_the_two_venvs_pin_the_spark_providers_newest_two_minor_versions() -> None:
+    newest = Version(_pinned_spark_provider("airflow.txt"))
+    previous = Version(_pinned_spark_provider("airflow-spark-previous.txt"))
+
+    assert (previous.major, previous.minor + 1) == (newest.major, newest.minor)
+
+
+def test_the_exit_code_mapping_under_the_previous_spark_provider() -> None:
+    assert PREVIOUS_PYTHON.exists(), "no .venv-airflow-spark-prev: `make airflow-venv` installs it"
+    env = {**os.environ, "OUTBOX_RELAY_HOME": str(REPO),
+           "OUTBOX_RELAY_SPARK_PROVIDER": _pinned_spark_provider("airflow-spark-previous.txt")}
+
+    # The drains (spark_dag) need the seeded outboxes and take a spark-submit each; the
+    # rest is the mapping on real child processes, the DAGs' shape and the Databricks DAG.
+    done = _run_airflow_tier(PREVIOUS_PYTHON, env, "-k", "not spark_dag")
+
+    _passed(done)
+    print(done.stdout)
 
 
 def test_airflow_dags_drain_the_outbox(stack: StackInfo, databases: dict[str, str],
@@ -152,15 +193,14 @@ def test_airflow_dags_drain_the_outbox(stack: StackInfo, databases: dict[str, st
         "SPARK_HOME": str(Path(pyspark.__file__).parent),
         "AIRFLOW_CONN_SPARK_RELAY_TEST": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "OUTBOX_RELAY_SPARK_CONN_ID": "spark_relay_test",
+        "OUTBOX_RELAY_SPARK_PROVIDER": _pinned_spark_provider("airflow.txt"),
     }
 
     started = time.monotonic()
-    done = _run_airflow_tier(env)
+    done = _run_airflow_tier(AIRFLOW_PYTHON, env)
     took = time.monotonic() - started
 
-    output = done.stdout[-20000:] + done.stderr[-5000:]
-    # 5 would mean pytest collected nothing: the tier did not run, which is no pass.
-    assert done.returncode == 0, f"Airflow tier exited {done.returncode}:\n{output}"
+    _passed(done)
     print(f"Airflow tier: {took:.0f} s\n{done.stdout}")
 
     got = consume(stack.kafka_bootstrap, drained, expect=len(ids))
