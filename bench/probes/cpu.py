@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import resource
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (not idle, iowait)
@@ -21,10 +22,15 @@ def _children_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def machine_cpu_s() -> float:
-    with open("/proc/stat", encoding="ascii") as f:
+def machine_jiffies(stat: Path = Path("/proc/stat")) -> tuple[int, int]:
+    """The machine's (busy, total) clock ticks since boot, all CPUs together."""
+    with stat.open(encoding="ascii") as f:
         values = [int(v) for v in f.readline().split()[1:]]
-    return sum(values[i] for i in _BUSY_FIELDS) / os.sysconf("SC_CLK_TCK")
+    return sum(values[i] for i in _BUSY_FIELDS if i < len(values)), sum(values)
+
+
+def machine_cpu_s() -> float:
+    return machine_jiffies()[0] / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.probes.cpu import machine_jiffies
+
 MAX_LOAD_TO_START = 0.5
 LOAD_GRACE_S = 150.0
 # Command-line words of the processes that would compete with the contenders.
@@ -87,16 +89,11 @@ SETTLED_BUSY, SETTLE_WINDOW_S, SETTLE_MAX_S = 0.25, 5.0, 240.0
 
 
 def cpu_busy(seconds: float, stat: Path = Path("/proc/stat")) -> float:
-    """The share of the machine's CPU time that was not idle over the next `seconds`."""
-    def sample() -> tuple[int, int]:
-        fields = [int(x) for x in stat.read_text().split("\n", 1)[0].split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        return sum(fields), idle
-
-    total_a, idle_a = sample()
+    """The share of the machine's CPU time that was busy over the next `seconds`."""
+    busy_a, total_a = machine_jiffies(stat)
     time.sleep(seconds)
-    total_b, idle_b = sample()
-    return 1.0 - (idle_b - idle_a) / max(1, total_b - total_a)
+    busy_b, total_b = machine_jiffies(stat)
+    return (busy_b - busy_a) / max(1, total_b - total_a)
 
 
 def settle(vacuuming: Callable[[], bool]) -> dict[str, float]:
