@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from relay.errors import InvalidMessageError, PublishError
+from relay.outbox import trace
+from relay.rules import cloudevents as ce
 from relay.rules.headers import is_reserved
 from relay.rules.record_size import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
@@ -36,6 +38,8 @@ class Message:
     key: bytes | str | None = None
     partition_key: str | None = None
     headers: Mapping[str, str] | None = None
+    event_type: str | None = None
+    content_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class OutboxRow:
 class Limits:
     header_prefix: str
     max_bytes: int
+    source_name: str  # the relay's default: ce_source carries it on a CloudEvents topic
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,7 +89,7 @@ def limits(header_prefix: str | None = None, max_bytes: int | None = None) -> Li
                                       codec, prefix, source_name)
     elif isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
         raise PublishError(f"max_bytes must be a non-negative int, not {max_bytes!r}")
-    return Limits(prefix, max_bytes)
+    return Limits(prefix, max_bytes, source_name)
 
 
 def jsonb_text(headers: Mapping[str, str]) -> str:
@@ -140,8 +145,12 @@ def _as_bytes(field: str, value: object) -> bytes | None:
     raise InvalidMessageError(f"{field} must be bytes, str or None, not {type(value).__name__}")
 
 
-def outbox_row(message: Message, limits: Limits) -> OutboxRow:
-    """The row for this message, or InvalidMessageError naming what the relay would refuse."""
+def outbox_row(message: Message, limits: Limits,
+               context: Mapping[str, str] | None = None) -> OutboxRow:
+    """The row for this message, or InvalidMessageError naming what the relay would refuse.
+
+    `context` is the trace context (relay.outbox.trace) to add to the message's headers;
+    a header of the same name that the application set itself is kept."""
     topic = message.topic
     if not isinstance(topic, str):
         raise InvalidMessageError(f"topic must be str, not {type(topic).__name__}")
@@ -156,14 +165,61 @@ def outbox_row(message: Message, limits: Limits) -> OutboxRow:
         if (problem := _text_problem("partition_key", pk)) is not None:
             raise InvalidMessageError(problem)
     headers = None
-    if message.headers is not None:
-        if (problem := header_problem(message.headers, limits.header_prefix)) is not None:
-            raise InvalidMessageError(problem)
+    if message.headers is not None and (
+            problem := header_problem(message.headers, limits.header_prefix)) is not None:
+        raise InvalidMessageError(problem)
+    # What is merged in is checked where it is made: strings, under no reserved name.
+    merged = {**(context or {}), **(message.headers or {}), **_cloudevent_headers(message)}
+    if merged:
         # No headers are stored as NULL: the relay's claim checks a row with headers
         # row by row, which it can skip for NULL.
-        headers = jsonb_text(message.headers) if message.headers else None
+        headers = jsonb_text(merged)
     row = OutboxRow(topic, value, key, pk, headers)
-    if row.size > limits.max_bytes:  # relay_message_problem's own words
+    # A CloudEvent's record also carries the attributes the relay writes on its topic.
+    added = ce.added_header_bytes(limits.source_name) if message.event_type is not None else 0
+    if row.size + added > limits.max_bytes:  # relay_message_problem's own words
         raise InvalidMessageError(
-            f"message is {row.size} bytes, over the limit of {limits.max_bytes}")
+            f"message is {row.size + added} bytes, over the limit of {limits.max_bytes}"
+            + (f" (CloudEvents attributes included: {added} bytes)" if added else ""))
     return row
+
+
+def _cloudevent_headers(message: Message) -> dict[str, str]:
+    """The headers `event_type` and `content_type` stand for (relay.rules.cloudevents)."""
+    given = {ce.CE_TYPE: message.event_type, ce.CONTENT_TYPE: message.content_type}
+    added: dict[str, str] = {}
+    own = message.headers or {}
+    for (name, value), arg in zip(given.items(), ("event_type", "content_type"), strict=True):
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            raise InvalidMessageError(f"{arg} must be a non-empty str, not {value!r}")
+        if (problem := _text_problem(arg, value)) is not None:
+            raise InvalidMessageError(problem)
+        if own.get(name, value) != value:
+            raise InvalidMessageError(
+                f"{arg}={value!r} and the header {name!r}={own[name]!r} disagree")
+        added[name] = value
+    if message.event_type is not None and (taken := sorted(set(own) & set(ce.RELAY_ATTRIBUTES))):
+        raise InvalidMessageError(
+            f"header {taken[0]!r} is written by the relay on a CloudEvent: "
+            "remove it from headers")
+    return added
+
+
+def checked_rows(messages: Iterable[Message], limits: Limits, numbered: bool,
+                 trace_context: bool) -> list[OutboxRow]:
+    """The rows for `messages`, every one checked before any is written: the one step
+    that the sync and async publishers share. InvalidMessageError names the message by
+    its index when `numbered` (publish_many)."""
+    context = trace.trace_headers() if trace.enabled(trace_context) else {}
+    rows: list[OutboxRow] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise InvalidMessageError(
+                f"message {i}: must be a relay.Message, not {type(message).__name__}")
+        try:
+            rows.append(outbox_row(message, limits, context))
+        except InvalidMessageError as exc:
+            raise (InvalidMessageError(f"message {i}: {exc}") if numbered else exc) from None
+    return rows

@@ -18,11 +18,10 @@ from typing import Any
 from relay.errors import (
     DatabaseError,
     DatabaseUnavailableError,
-    InvalidMessageError,
     NoTransactionError,
     PublishError,
 )
-from relay.outbox.checks import Message, OutboxRow, limits, outbox_row
+from relay.outbox.checks import Message, OutboxRow, checked_rows, limits
 
 # One statement per page. unnest keeps the statement text fixed whatever the page's size,
 # the same for every driver; ORDER BY n inserts (and so numbers and returns) the rows in
@@ -49,13 +48,22 @@ Insert = Callable[[dict[str, list[Any]]], list[int]]
 
 def publish(conn: Any, topic: str, value: bytes | str | None, *,
             key: bytes | str | None = None, partition_key: str | None = None,
-            headers: Mapping[str, str] | None = None, header_prefix: str | None = None,
-            max_bytes: int | None = None, allow_autocommit: bool = False) -> int:
+            headers: Mapping[str, str] | None = None, event_type: str | None = None,
+            content_type: str | None = None, header_prefix: str | None = None,
+            max_bytes: int | None = None, allow_autocommit: bool = False,
+            trace_context: bool = True) -> int:
     """Write one message to the outbox in the caller's transaction; returns its id.
 
     `value` and `key` are bytes, str (stored as UTF-8) or None; `partition_key` (the text
     Kafka's partition is computed from instead of the key) is a str or None; `headers` is
-    a mapping of str to str, sent as Kafka record headers.
+    a mapping of str to str, sent as Kafka record headers. `event_type` and
+    `content_type` are stored as the headers `ce_type` and `content-type`: on a topic
+    whose rule sets `cloudevents = true`, the relay sends the record as a CloudEvent
+    (relay.rules.cloudevents), and the size check counts the attributes it adds.
+
+    When OpenTelemetry is installed and a span is current, its W3C `traceparent` (and
+    `tracestate`) go into the headers (relay.outbox.trace), unless `trace_context=False`
+    or OUTBOX_RELAY_TRACE_CONTEXT=off; a header of that name given by the caller is kept.
 
     Checked first, and refused with InvalidMessageError before anything is written, is what
     the relay would refuse: an illegal topic name, a header name starting with
@@ -75,12 +83,14 @@ def publish(conn: Any, topic: str, value: bytes | str | None, *,
     row commit at once; a SQLAlchemy Session or Connection begins a transaction of its
     own then, which the caller still commits.
     """
-    message = Message(topic, value, key, partition_key, headers)
-    return _publish(conn, [message], header_prefix, max_bytes, allow_autocommit, False)[0]
+    message = Message(topic, value, key, partition_key, headers, event_type, content_type)
+    return _publish(conn, [message], header_prefix, max_bytes, allow_autocommit, False,
+                    trace_context)[0]
 
 
 def publish_many(conn: Any, messages: Iterable[Message], *, header_prefix: str | None = None,
-                 max_bytes: int | None = None, allow_autocommit: bool = False) -> list[int]:
+                 max_bytes: int | None = None, allow_autocommit: bool = False,
+                 trace_context: bool = True) -> list[int]:
     """Write messages to the outbox in the caller's transaction; returns their ids in order.
 
     Every message is checked as `publish` checks one, before anything is written: one bad
@@ -88,22 +98,15 @@ def publish_many(conn: Any, messages: Iterable[Message], *, header_prefix: str |
     (one round trip) each. Under `allow_autocommit=True` on an autocommit psycopg
     connection, each page commits by itself.
     """
-    return _publish(conn, messages, header_prefix, max_bytes, allow_autocommit, True)
+    return _publish(conn, messages, header_prefix, max_bytes, allow_autocommit, True,
+                    trace_context)
 
 
 def _publish(conn: Any, messages: Iterable[Message], header_prefix: str | None,
-             max_bytes: int | None, allow_autocommit: bool, numbered: bool) -> list[int]:
+             max_bytes: int | None, allow_autocommit: bool, numbered: bool,
+             trace_context: bool) -> list[int]:
     insert, outside = _target(conn)
-    limit = limits(header_prefix, max_bytes)
-    rows: list[OutboxRow] = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, Message):
-            raise InvalidMessageError(
-                f"message {i}: must be a relay.Message, not {type(message).__name__}")
-        try:
-            rows.append(outbox_row(message, limit))
-        except InvalidMessageError as exc:
-            raise (InvalidMessageError(f"message {i}: {exc}") if numbered else exc) from None
+    rows = checked_rows(messages, limits(header_prefix, max_bytes), numbered, trace_context)
     if outside is not None and not allow_autocommit:
         raise NoTransactionError(
             f"refusing to publish outside a transaction: {outside}. The message would "

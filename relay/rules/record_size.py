@@ -53,7 +53,8 @@ def varint_size(n: int) -> int:
     return size
 
 
-def _header_size(name: str, value_bytes: int) -> int:
+def header_bytes(name: str, value_bytes: int) -> int:
+    """One Kafka record header, framing included, for a value of `value_bytes` bytes."""
     key = len(name.encode())
     return varint_size(key) + key + varint_size(value_bytes) + value_bytes
 
@@ -61,9 +62,9 @@ def _header_size(name: str, value_bytes: int) -> int:
 def reserved_header_bytes(prefix: str, source_name: str) -> int:
     """The three reserved headers, framing included, for the longest id and timestamp."""
     return (
-        _header_size(prefix + HEADER_ID, ID_CHARS)
-        + _header_size(prefix + HEADER_SOURCE, len(source_name.encode()))
-        + _header_size(prefix + HEADER_CREATED_AT, CREATED_AT_CHARS)
+        header_bytes(prefix + HEADER_ID, ID_CHARS)
+        + header_bytes(prefix + HEADER_SOURCE, len(source_name.encode()))
+        + header_bytes(prefix + HEADER_CREATED_AT, CREATED_AT_CHARS)
     )
 
 

@@ -45,10 +45,10 @@ def test_defaults_are_the_relays() -> None:
     expected = payload_allowance(KAFKA_DEFAULT_MAX_MESSAGE_BYTES, kafka.max_request_size,
                                  kafka.compression_type, settings.header_prefix,
                                  settings.source_name)
-    assert limits() == Limits(settings.header_prefix, expected)
+    assert limits() == Limits(settings.header_prefix, expected, settings.source_name)
     # Another prefix changes the reserved headers' bytes, and so the allowance.
     assert limits(header_prefix="p" * 60 + ".").max_bytes < expected
-    assert limits(header_prefix="acme.", max_bytes=10) == Limits("acme.", 10)
+    assert limits(header_prefix="acme.", max_bytes=10) == Limits("acme.", 10, "outbox-relay")
 
 
 @pytest.mark.parametrize("bad", [{"header_prefix": ""}, {"header_prefix": 3},
@@ -66,16 +66,16 @@ def test_the_topic_rule_is_one_definition() -> None:
 
 def test_sizes_count_utf8_bytes_and_the_json_text_of_headers() -> None:
     message = Message("t", "é", key="ключ", partition_key="ignored", headers={"a": "\n"})
-    row = outbox_row(message, Limits("p.", 1_000))
+    row = outbox_row(message, limits("p.", 1_000))
     assert row.message == "é".encode() and row.key == "ключ".encode()
     assert row.headers is not None and row.size == 2 + 8 + len('{"a": "\\n"}')
-    assert outbox_row(message, Limits("p.", row.size)) == row
+    assert outbox_row(message, limits("p.", row.size)) == row
     with pytest.raises(InvalidMessageError, match=f"message is {row.size} bytes, over the limit"):
-        outbox_row(message, Limits("p.", row.size - 1))
+        outbox_row(message, limits("p.", row.size - 1))
 
 
 def test_empty_headers_are_stored_as_null_and_binary_values_kept() -> None:
-    row = outbox_row(Message("t", b"\x00\xff", key=b"", headers={}), Limits("p.", 10))
+    row = outbox_row(Message("t", b"\x00\xff", key=b"", headers={}), limits("p.", 10))
     assert (row.message, row.key, row.headers, row.size) == (b"\x00\xff", b"", None, 2)
 
 
@@ -93,20 +93,20 @@ def test_empty_headers_are_stored_as_null_and_binary_values_kept() -> None:
 ])
 def test_each_bad_field_is_named(message: Message, words: str) -> None:
     with pytest.raises(InvalidMessageError) as caught:
-        outbox_row(message, Limits("p.", 1_000))
+        outbox_row(message, limits("p.", 1_000))
     assert words in str(caught.value)
     assert isinstance(caught.value, RelayError)
 
 
 def test_pages_keep_order_and_bound_rows_and_bytes() -> None:
-    small = [outbox_row(Message("t", str(i)), Limits("p.", 10)) for i in range(2 * PAGE_ROWS + 1)]
+    small = [outbox_row(Message("t", str(i)), limits("p.", 10)) for i in range(2 * PAGE_ROWS + 1)]
     pages = list(_pages(small))
     assert [len(p) for p in pages] == [PAGE_ROWS, PAGE_ROWS, 1]
     assert [r for p in pages for r in p] == small
-    big = [outbox_row(Message("t", b"x" * (PAGE_BYTES // 3 + 1)), Limits("p.", PAGE_BYTES))
+    big = [outbox_row(Message("t", b"x" * (PAGE_BYTES // 3 + 1)), limits("p.", PAGE_BYTES))
            for _ in range(4)]
     assert [len(p) for p in _pages(big)] == [2, 2]
-    huge = [outbox_row(Message("t", b"x" * (PAGE_BYTES + 1)), Limits("p.", 2 * PAGE_BYTES))]
+    huge = [outbox_row(Message("t", b"x" * (PAGE_BYTES + 1)), limits("p.", 2 * PAGE_BYTES))]
     assert [len(p) for p in _pages(huge)] == [1], "a row over the page's bytes goes alone"
 
 
