@@ -149,8 +149,8 @@ def outbox_row(message: Message, limits: Limits,
                context: Mapping[str, str] | None = None) -> OutboxRow:
     """The row for this message, or InvalidMessageError naming what the relay would refuse.
 
-    `context` is the trace context (relay.outbox.trace) to add to the message's headers;
-    a header of the same name that the application set itself is kept."""
+    `context` is the trace context (relay.outbox.trace) to add to the message's headers,
+    unless the application set traceparent or tracestate itself (trace.for_message)."""
     topic = message.topic
     if not isinstance(topic, str):
         raise InvalidMessageError(f"topic must be str, not {type(topic).__name__}")
@@ -169,7 +169,8 @@ def outbox_row(message: Message, limits: Limits,
             problem := header_problem(message.headers, limits.header_prefix)) is not None:
         raise InvalidMessageError(problem)
     # What is merged in is checked where it is made: strings, under no reserved name.
-    merged = {**(context or {}), **(message.headers or {}), **_cloudevent_headers(message)}
+    traced = trace.for_message(context or {}, message.headers, limits.header_prefix)
+    merged = {**traced, **(message.headers or {}), **_cloudevent_headers(message)}
     if merged:
         # No headers are stored as NULL: the relay's claim checks a row with headers
         # row by row, which it can skip for NULL.
@@ -180,8 +181,17 @@ def outbox_row(message: Message, limits: Limits,
     if row.size + added > limits.max_bytes:  # relay_message_problem's own words
         raise InvalidMessageError(
             f"message is {row.size + added} bytes, over the limit of {limits.max_bytes}"
-            + (f" (CloudEvents attributes included: {added} bytes)" if added else ""))
+            + (f" (CloudEvents attributes included: {added} bytes)" if added else "")
+            + (f" (trace context included: {row.size - _without(row, traced)} bytes; "
+               "trace_context=False leaves it out)" if traced else ""))
     return row
+
+
+def _without(row: OutboxRow, names: Mapping[str, str]) -> int:
+    """The size of `row` without the headers `names` (for an error's words only)."""
+    rest = {k: v for k, v in json.loads(row.headers or "{}").items() if k not in names}
+    return OutboxRow(row.topic, row.message, row.key, row.partition_key,
+                     jsonb_text(rest) if rest else None).size
 
 
 def _cloudevent_headers(message: Message) -> dict[str, str]:

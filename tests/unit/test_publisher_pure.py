@@ -26,7 +26,7 @@ def test_importing_the_publisher_loads_no_spark_kafka_client_or_driver() -> None
         import relay.outbox.publisher
         relay.outbox.checks.limits()  # the relay's defaults, read from its config models
         heavy = ("pyspark", "py4j", "confluent_kafka", "psycopg2", "psycopg", "sqlalchemy",
-                 "delta", "deltalake")
+                 "delta", "deltalake", "opentelemetry")  # OpenTelemetry: at a publish
         print(sorted(m for m in sys.modules if m.split(".")[0] in heavy))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
