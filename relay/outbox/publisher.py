@@ -12,36 +12,26 @@ and neither pyspark nor a Kafka client.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from relay.errors import (
-    DatabaseError,
-    DatabaseUnavailableError,
-    NoTransactionError,
-    PublishError,
+from relay.errors import PublishError
+from relay.outbox.checks import Message, checked_rows, limits
+from relay.outbox.statement import (
+    INSERT_MESSAGES,
+    PAGE_BYTES,
+    PAGE_ROWS,
+    checked_ids,
+    dbapi_outside,
+    pages,
+    params,
+    refuse_outside,
+    sqlalchemy_translated,
+    translated,
 )
-from relay.outbox.checks import Message, OutboxRow, checked_rows, limits
 
-# One statement per page. unnest keeps the statement text fixed whatever the page's size,
-# the same for every driver; ORDER BY n inserts (and so numbers and returns) the rows in
-# the caller's order.
-INSERT_MESSAGES = """
-INSERT INTO kafka_messages (topic, message, key, partition_key, headers)
-SELECT u.topic, u.message, u.key, u.partition_key, u.headers::jsonb
-FROM unnest(%(topics)s::varchar[], %(messages)s::bytea[], %(keys)s::bytea[],
-            %(partition_keys)s::varchar[], %(headers)s::text[])
-     WITH ORDINALITY AS u(topic, message, key, partition_key, headers, n)
-ORDER BY u.n
-RETURNING id
-"""
-
-# A page ends at whichever comes first: few round trips, and a statement whose size
-# (psycopg2 sends bytea as hex text, twice the bytes) stays far from PostgreSQL's 1 GB.
-PAGE_ROWS = 2_000
-PAGE_BYTES = 16 * 1024 * 1024
-
-_PQTRANS_IDLE = 0  # libpq's PQTRANS_IDLE: psycopg2's and psycopg's constants are this value
+# The shared statement and page bounds, where callers of the sync publisher found them.
+__all__ = ["INSERT_MESSAGES", "PAGE_BYTES", "PAGE_ROWS", "publish", "publish_many"]
 
 Insert = Callable[[dict[str, list[Any]]], list[int]]
 
@@ -107,40 +97,11 @@ def _publish(conn: Any, messages: Iterable[Message], header_prefix: str | None,
              trace_context: bool) -> list[int]:
     insert, outside = _target(conn)
     rows = checked_rows(messages, limits(header_prefix, max_bytes), numbered, trace_context)
-    if outside is not None and not allow_autocommit:
-        raise NoTransactionError(
-            f"refusing to publish outside a transaction: {outside}. The message would "
-            "commit apart from the application's data; begin a transaction, or pass "
-            "allow_autocommit=True to write it anyway")
+    refuse_outside(outside, allow_autocommit)
     ids: list[int] = []
-    for page in _pages(rows):
-        got = insert(_params(page))
-        if len(got) != len(page):
-            raise PublishError(f"kafka_messages took {len(got)} of {len(page)} rows: a rule "
-                               "or trigger on the table dropped some; roll back")
-        ids.extend(got)
+    for page in pages(rows):
+        ids.extend(checked_ids(insert(params(page)), page))
     return ids
-
-
-def _pages(rows: Sequence[OutboxRow]) -> Iterator[Sequence[OutboxRow]]:
-    start, size = 0, 0
-    for i, row in enumerate(rows):
-        if i > start and (i - start >= PAGE_ROWS or size + row.size > PAGE_BYTES):
-            yield rows[start:i]
-            start, size = i, 0
-        size += row.size
-    if start < len(rows):
-        yield rows[start:]
-
-
-def _params(page: Sequence[OutboxRow]) -> dict[str, list[Any]]:
-    return {
-        "topics": [r.topic for r in page],
-        "messages": [r.message for r in page],
-        "keys": [r.key for r in page],
-        "partition_keys": [r.partition_key for r in page],
-        "headers": [r.headers for r in page],
-    }
 
 
 def _target(conn: Any) -> tuple[Insert, str | None]:
@@ -148,7 +109,7 @@ def _target(conn: Any) -> tuple[Insert, str | None]:
     for name, kind in (("psycopg2", "extensions.connection"), ("psycopg", "Connection")):
         driver = sys.modules.get(name)
         if driver is not None and isinstance(conn, _attr(driver, kind)):
-            return _dbapi_insert(conn, driver), _dbapi_outside(conn)
+            return _dbapi_insert(conn, driver), dbapi_outside(conn)
     orm, engine = sys.modules.get("sqlalchemy.orm"), sys.modules.get("sqlalchemy.engine")
     if orm is not None and isinstance(conn, orm.scoped_session):
         conn = conn()  # the registry's current Session (Flask-SQLAlchemy's `db.session`)
@@ -167,17 +128,6 @@ def _attr(module: Any, dotted: str) -> Any:
     return module
 
 
-def _dbapi_outside(raw: Any) -> str | None:
-    if raw.closed:
-        raise DatabaseUnavailableError("cannot publish to the outbox: the connection is closed")
-    # A connection out of autocommit opens a transaction with its first statement, so
-    # only autocommit with none begun explicitly (psycopg's `conn.transaction()`, or a
-    # BEGIN) writes a row that commits alone.
-    if raw.autocommit and raw.info.transaction_status == _PQTRANS_IDLE:
-        return "the connection is in autocommit mode with no transaction begun"
-    return None
-
-
 def _dbapi_insert(conn: Any, driver: Any) -> Insert:
     # A plain tuple cursor, whatever cursor or row factory the caller set on conn.
     if driver.__name__ == "psycopg2":
@@ -185,14 +135,14 @@ def _dbapi_insert(conn: Any, driver: Any) -> Insert:
     else:
         cursor_args = {"row_factory": driver.rows.tuple_row}
 
-    def insert(params: dict[str, list[Any]]) -> list[int]:
+    def insert(values: dict[str, list[Any]]) -> list[int]:
         try:
             with conn.cursor(**cursor_args) as cur:
-                cur.execute(INSERT_MESSAGES, params)
+                cur.execute(INSERT_MESSAGES, values)
                 return [row[0] for row in cur.fetchall()]
         except driver.Error as exc:
             lost = isinstance(exc, driver.OperationalError | driver.InterfaceError)
-            raise _translated(exc, lost) from exc
+            raise translated(exc, lost) from exc
 
     return insert
 
@@ -203,23 +153,14 @@ def _sqlalchemy(conn: Any, connection: Callable[[], Any], kind: str) -> tuple[In
     outside = None
     if not conn.in_transaction():
         outside = f"the SQLAlchemy {kind} has no transaction begun"
-    elif (raw := _dbapi_outside(connection().connection.dbapi_connection)) is not None:
+    elif (raw := dbapi_outside(connection().connection.dbapi_connection)) is not None:
         outside = f"the SQLAlchemy {kind}'s DBAPI {raw.removeprefix('the ')}"
     exc_module = sys.modules["sqlalchemy.exc"]
 
-    def insert(params: dict[str, list[Any]]) -> list[int]:
+    def insert(values: dict[str, list[Any]]) -> list[int]:
         try:
-            return [row[0] for row in connection().exec_driver_sql(INSERT_MESSAGES, params)]
+            return [row[0] for row in connection().exec_driver_sql(INSERT_MESSAGES, values)]
         except exc_module.DBAPIError as exc:
-            lost = exc.connection_invalidated or isinstance(
-                exc, exc_module.OperationalError | exc_module.InterfaceError)
-            raise _translated(exc.orig or exc, lost) from exc
+            raise sqlalchemy_translated(exc_module, exc) from exc
 
     return insert, outside
-
-
-def _translated(exc: BaseException, lost: bool) -> DatabaseError:
-    lines = str(exc).strip().splitlines()
-    first = lines[0] if lines else type(exc).__name__
-    kind = DatabaseUnavailableError if lost else DatabaseError
-    return kind(f"cannot publish to the outbox: PostgreSQL says: {first}")
