@@ -13,7 +13,7 @@ from relay.config import KafkaConfig, RelaySettings
 from relay.control import kafka_admin
 from relay.errors import InvalidMessageError, PublishError, RelayError
 from relay.outbox.checks import Limits, Message, limits, outbox_row
-from relay.outbox.publisher import PAGE_BYTES, PAGE_ROWS, _pages
+from relay.outbox.statement import PAGE_BYTES, PAGE_ROWS, pages
 from relay.rules.record_size import KAFKA_DEFAULT_MAX_MESSAGE_BYTES, payload_allowance
 from relay.rules.topic_names import topic_name_problem
 
@@ -22,11 +22,12 @@ def test_importing_the_publisher_loads_no_spark_kafka_client_or_driver() -> None
     code = textwrap.dedent("""
         import sys
         import relay
-        from relay import Message, publish, publish_many
+        from relay import Message, publish, publish_async, publish_many, publish_many_async
         import relay.outbox.publisher
+        import relay.outbox.publisher_async
         relay.outbox.checks.limits()  # the relay's defaults, read from its config models
         heavy = ("pyspark", "py4j", "confluent_kafka", "psycopg2", "psycopg", "sqlalchemy",
-                 "delta", "deltalake", "opentelemetry")  # OpenTelemetry: at a publish
+                 "asyncpg", "delta", "deltalake", "opentelemetry")  # OpenTelemetry: at a publish
         print(sorted(m for m in sys.modules if m.split(".")[0] in heavy))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -100,14 +101,14 @@ def test_each_bad_field_is_named(message: Message, words: str) -> None:
 
 def test_pages_keep_order_and_bound_rows_and_bytes() -> None:
     small = [outbox_row(Message("t", str(i)), limits("p.", 10)) for i in range(2 * PAGE_ROWS + 1)]
-    pages = list(_pages(small))
-    assert [len(p) for p in pages] == [PAGE_ROWS, PAGE_ROWS, 1]
-    assert [r for p in pages for r in p] == small
+    cut = list(pages(small))
+    assert [len(p) for p in cut] == [PAGE_ROWS, PAGE_ROWS, 1]
+    assert [r for p in cut for r in p] == small
     big = [outbox_row(Message("t", b"x" * (PAGE_BYTES // 3 + 1)), limits("p.", PAGE_BYTES))
            for _ in range(4)]
-    assert [len(p) for p in _pages(big)] == [2, 2]
+    assert [len(p) for p in pages(big)] == [2, 2]
     huge = [outbox_row(Message("t", b"x" * (PAGE_BYTES + 1)), limits("p.", 2 * PAGE_BYTES))]
-    assert [len(p) for p in _pages(huge)] == [1], "a row over the page's bytes goes alone"
+    assert [len(p) for p in pages(huge)] == [1], "a row over the page's bytes goes alone"
 
 
 def test_an_unknown_connection_type_is_refused_before_anything_else() -> None:
