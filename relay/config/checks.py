@@ -102,3 +102,14 @@ def check_transform_spec(value: str) -> str:
     if not _TRANSFORM_SPEC.fullmatch(value):
         raise ValueError(f"{value!r} is not of the form package.module:function")
     return value
+
+
+def check_event_type(event_type: str | None, cloudevents: bool) -> str | None:
+    """A rule's default ce_type: a non-empty string, on a CloudEvents topic only."""
+    if event_type is None:
+        return None
+    if not cloudevents:
+        raise ValueError("a default ce_type needs cloudevents = true in the same rule")
+    if not event_type.strip():
+        raise ValueError("must be a non-empty string")
+    return event_type

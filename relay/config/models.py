@@ -15,12 +15,14 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from relay.config.checks import (
     at_most_bytes,
+    check_event_type,
     check_lock_timeouts,
     check_regex,
     check_transform_spec,
@@ -151,6 +153,11 @@ class TopicRule(_Model):
     policy: Literal["block", "park"] = "block"
     # "package.module:function", a DataFrame -> DataFrame function (relay.data.transform).
     transform: str | None = None
+    # CloudEvents on the wire (relay.rules.cloudevents): the relay writes the Kafka
+    # binding's binary-mode attributes on each record of the topic; `event_type` is the
+    # ce_type of a row whose headers carry none (without it, such a row is a problem).
+    cloudevents: bool = False
+    event_type: str | None = None
 
     @field_validator("match")
     @classmethod
@@ -161,6 +168,13 @@ class TopicRule(_Model):
     @classmethod
     def _valid_transform(cls, value: str | None) -> str | None:
         return None if value is None else check_transform_spec(value)
+
+    @field_validator("event_type")
+    @classmethod
+    def _event_type_needs_cloudevents(cls, value: str | None,
+                                      info: ValidationInfo) -> str | None:
+        # `cloudevents` is declared first, so it is validated (or missing) by now.
+        return check_event_type(value, bool(info.data.get("cloudevents", False)))
 
 
 # Both travel in every record's reserved headers, which the size check must count: capped,

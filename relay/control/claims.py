@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from relay.control.db import Database
 from relay.control.locks import HELD, held_by
+from relay.rules.cloudevent_topics import PLAIN, TopicFlags, sql_arrays
 from relay.rules.outcomes import Outcome
 from relay.rules.partitioners import Partitioner
 
@@ -51,17 +52,19 @@ spec AS (
     SELECT s.*,
            EXISTS (SELECT 1 FROM relay_parked_messages p WHERE p.topic = s.topic) AS any_parked
     FROM unnest(%(topics)s::varchar[], %(max_bytes)s::bigint[],
-                %(key_required)s::bool[], %(compact)s::bool[])
-        AS s(topic, max_bytes, key_required, compact)
+                %(key_required)s::bool[], %(compact)s::bool[],
+                %(cloudevents)s::bool[], %(type_required)s::bool[])
+        AS s(topic, max_bytes, key_required, compact, cloudevents, type_required)
 ),
 candidate AS (
     -- relay_message_problem only where it can find one (relay_message_may_fail, schema
     -- 0015): its probe of the parked table per row was most of a large claim's time.
     SELECT s.topic, s.compact, c.id, c.key, c.partition_key, c.size,
            CASE WHEN relay_message_may_fail(c.size, s.max_bytes, c.headers, c.key,
-                                            s.key_required, s.any_parked)
+                                            s.key_required, s.any_parked, s.type_required)
                 THEN relay_message_problem(c.id, s.topic, c.message, c.key, c.partition_key,
-                                           c.headers, s.max_bytes, %(prefix)s, s.key_required)
+                                           c.headers, s.max_bytes, %(prefix)s, s.key_required,
+                                           s.cloudevents, s.type_required)
            END AS problem
     FROM spec s
     JOIN kafka_topic_info i ON i.topic = s.topic AND """ + HELD + """
@@ -163,6 +166,8 @@ class TopicLimits:
     # How this round's records are partitioned, for the ledger; None: not recorded.
     partitions: int | None = None
     partitioner: Partitioner | None = None
+    # CloudEvents (relay.rules.cloudevent_topics.TopicFlags): checked by the claim.
+    flags: TopicFlags = PLAIN
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,7 @@ class Claims:
             "max_bytes": [t.max_bytes for t in limits],
             "key_required": [t.key_required for t in limits],
             "compact": [t.compact for t in limits],
+            **sql_arrays([t.flags for t in limits]),
             "token": self.token,
             "lock_timeout_s": self.lock_timeout_s,
             "prefix": self.header_prefix,

@@ -15,6 +15,7 @@ from typing import Any
 from relay.control.claims import TopicLimits
 from relay.control.db import Database
 from relay.control.locks import HELD
+from relay.rules.cloudevent_topics import sql_arrays
 from relay.rules.outcomes import Outcome
 
 _MOVE = f"""
@@ -44,12 +45,15 @@ SELECT topic, id, reason FROM parked
 PARK_DOOMED = """
 WITH spec AS (
     SELECT * FROM unnest(%(topics)s::varchar[], %(max_bytes)s::bigint[],
-                         %(key_required)s::bool[]) AS s(topic, max_bytes, key_required)
+                         %(key_required)s::bool[], %(cloudevents)s::bool[],
+                         %(type_required)s::bool[])
+        AS s(topic, max_bytes, key_required, cloudevents, type_required)
 ),
 window_rows AS (
     SELECT s.topic, c.id, relay_partitioning_key(c.partition_key, c.key) AS okey,
            relay_message_problem(c.id, s.topic, c.message, c.key, c.partition_key, c.headers,
-                                 s.max_bytes, %(prefix)s, s.key_required) AS problem
+                                 s.max_bytes, %(prefix)s, s.key_required, s.cloudevents,
+                                 s.type_required) AS problem
     FROM spec s
     CROSS JOIN LATERAL (
         SELECT m.id, m.key, m.message, m.partition_key, m.headers FROM kafka_messages m
@@ -150,7 +154,7 @@ class Parking:
             return []
         rows = self.db.all(PARK_DOOMED, self._params(
             topics=[t.topic for t in limits], max_bytes=[t.max_bytes for t in limits],
-            key_required=[t.key_required for t in limits],
+            key_required=[t.key_required for t in limits], **sql_arrays([t.flags for t in limits]),
             prefix=self.header_prefix, limit=limit))
         return [Parked(r["topic"], r["id"], r["reason"]) for r in rows]
 

@@ -4,7 +4,8 @@ Building and analysing it (the murmur2 expression most) took longer than writing
 1,000-row batch (bench/, W2); the read names no batch (relay.data.read), and each row
 brings its topic's partition count (relay/schemas/0014), so one analysed DataFrame sends
 every batch, whatever its topics. Topics whose rule names a transform go through
-relay.data.transform, in branches of their own, filtered by topic: a transformed topic
+relay.data.transform, in branches of their own, filtered by topic; a CloudEvents topic's
+records get the attributes of relay.rules.cloudevents. A transformed or CloudEvents topic
 new to the session is the one thing that builds the plans again.
 """
 
@@ -17,9 +18,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from relay.config import Config
+from relay.config import Config, TopicRule
 from relay.data.read import read_current_batch
-from relay.data.records import in_key_order, to_kafka_records
+from relay.data.records import CloudEventTopics, in_key_order, to_kafka_records
 from relay.data.transform import RowCounter, checked_records, load_transform, transform_input
 from relay.errors import ConfigError
 from relay.rules.topic_rules import rule_for
@@ -43,8 +44,11 @@ class RecordPlan:
         # Whole-batch plans by (plain topics present, transforms present).
         self._plans: dict[tuple[bool, frozenset[str], int], DataFrame] = {}
         self._counter: RowCounter | None = None
+        # The CloudEvents topics seen this session, with their default type: the records'
+        # headers name them (relay.data.records.cloudevent_headers).
+        self._seen_cloudevents: dict[str, str | None] = {}
         # The rules never change in a session; every write asks for each of its topics.
-        self._transform_of: dict[str, str | None] = {}
+        self._rule_of: dict[str, TopicRule] = {}
         # Whole plans without a transform, planned once: id(plan) -> (plan, its RDD).
         self._planned: dict[int, tuple[DataFrame, Any]] = {}
 
@@ -52,11 +56,24 @@ class RecordPlan:
         """The same plan for the token `token + suffix`."""
         return RecordPlan(self._spark, self._config, f"{self._token}{suffix}")
 
+    def rule_of(self, topic: str) -> TopicRule:
+        if topic not in self._rule_of:
+            self._rule_of[topic] = rule_for(self._config.relay.topic_rules, topic)
+        return self._rule_of[topic]
+
     def transform_of(self, topic: str) -> str | None:
-        if topic not in self._transform_of:
-            rule = rule_for(self._config.relay.topic_rules, topic)
-            self._transform_of[topic] = rule.transform
-        return self._transform_of[topic]
+        return self.rule_of(topic).transform
+
+    @property
+    def cloudevent_topics(self) -> CloudEventTopics:
+        return tuple(sorted(self._seen_cloudevents.items()))
+
+    def _note_cloudevents(self, topics: Collection[str]) -> bool:
+        """Whether `topics` hold a CloudEvents topic new to the session (noted now)."""
+        new = {t: self.rule_of(t).event_type for t in topics
+               if self.rule_of(t).cloudevents and t not in self._seen_cloudevents}
+        self._seen_cloudevents.update(new)
+        return bool(new)
 
     def partitions_for(self, rows: int | None) -> int:
         """Read tasks for a batch of `rows` rows (None: not known, the profile's split)."""
@@ -75,8 +92,8 @@ class RecordPlan:
         by a JDBC query of its own that PostgreSQL filters by topic, so every row crosses
         the wire once (docs/configuration.md, "Transforms")."""
         new = {t for t in topics if self.transform_of(t) is not None} - self._seen_transformed
-        if new:
-            # Topics seen before stay in the set: a batch without them still reuses the plan.
+        # Either kind, once seen, stays: a batch without them still reuses the plan.
+        if self._note_cloudevents(topics) or new:
             self._seen_transformed |= new
             self._plans.clear()
         specs = frozenset(s for t in topics if (s := self.transform_of(t)) is not None)
@@ -145,6 +162,7 @@ class RecordPlan:
             source_name=settings.source_name,
             header_prefix=settings.header_prefix,
             partitioner=settings.partitioner,
+            cloudevents=self.cloudevent_topics,
         )
 
     def _transformed(self, claimed: DataFrame, spec: str) -> DataFrame:
@@ -157,4 +175,5 @@ class RecordPlan:
                                  "not a DataFrame")
         return checked_records(out, spec=spec, expected=given.schema,
                                source_name=settings.source_name,
-                               header_prefix=settings.header_prefix, counter=self.counter)
+                               header_prefix=settings.header_prefix, counter=self.counter,
+                               cloudevents=self.cloudevent_topics)

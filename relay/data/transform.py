@@ -35,11 +35,14 @@ from pyspark.sql.types import StructType
 from relay.data.partitioning import Partitioner
 from relay.data.records import (
     USER_HEADERS_TYPE,
+    CloudEventTopics,
+    cloudevent_headers,
     original_partition,
     reserved_headers,
     user_headers,
 )
 from relay.errors import ConfigError
+from relay.rules import cloudevents as ce
 from relay.rules.headers import is_reserved
 
 Transform = Callable[[DataFrame], DataFrame]
@@ -146,14 +149,39 @@ def _row_problems(prefix: str) -> list[tuple[Column, Column]]:
     ]
 
 
+def _cloudevent_problems(topics: CloudEventTopics) -> list[tuple[Column, Column]]:
+    """On a CloudEvents topic, what the claim refuses of a row (relay_cloudevents_problem),
+    asked of the transform's headers: the transform may change ce_type, not lose it."""
+    if not topics:
+        return []
+    row, topic = F.col("id").cast("string"), F.col(RELAY_COLUMN).topic
+    on_topic = topic.isin([name for name, _ in topics])
+    untyped = topic.isin([name for name, default in topics if default is None])
+    names = F.coalesce(F.map_keys("headers"), F.array().cast("array<string>"))
+    taken = F.exists(names, lambda k: k.isin(list(ce.RELAY_ATTRIBUTES)))
+    has_type = F.coalesce(F.map_contains_key("headers", ce.CE_TYPE), F.lit(False))
+    return [
+        (on_topic & taken, F.concat(F.lit("row id "), row, F.lit(
+            " has a header named like a CloudEvents attribute the relay writes "
+            f"({', '.join(ce.RELAY_ATTRIBUTES)})"))),
+        (on_topic & (F.element_at("headers", F.lit(ce.CE_TYPE)) == ""),
+         F.concat(F.lit("row id "), row, F.lit(f" has an empty {ce.CE_TYPE} header"))),
+        (untyped & ~has_type, F.concat(F.lit("row id "), row, F.lit(
+            f" has no {ce.CE_TYPE} header on a CloudEvents topic without an event_type"))),
+    ]
+
+
 def checked_records(out: DataFrame, *, spec: str, expected: StructType, source_name: str,
-                    header_prefix: str, counter: RowCounter) -> DataFrame:
-    """The transform's output as Kafka sink records, after the checks of the module doc."""
+                    header_prefix: str, counter: RowCounter,
+                    cloudevents: CloudEventTopics = ()) -> DataFrame:
+    """The transform's output as Kafka sink records, after the checks of the module doc;
+    the records of `cloudevents`' topics with the CloudEvents attributes."""
     _check_schema(out, expected, spec)
     rel = F.col(RELAY_COLUMN)
+    problems = _row_problems(header_prefix) + _cloudevent_problems(cloudevents)
     rows = out.withColumn(_HERE, _position()).select(
         "id", "topic", "key", "headers", "created_at", RELAY_COLUMN,
-        _fail_if(_row_problems(header_prefix), spec, F.col("value")).alias("value"),
+        _fail_if(problems, spec, F.col("value")).alias("value"),
         counter.counted(rel.pos).alias(_POS),
     )
     # Descending, the task's last row comes first, once the sort has consumed the task.
@@ -166,12 +194,15 @@ def checked_records(out: DataFrame, *, spec: str, expected: StructType, source_n
                  F.col("value")).alias("value"),
     )
     user = F.when(F.col("headers").isNull(), F.array()).otherwise(user_headers(F.col("headers")))
+    relays = reserved_headers(source_name, header_prefix, rel.id, rel.created_at)
+    if cloudevents:  # added after the transform, like the reserved headers
+        relays = F.concat(relays, cloudevent_headers(cloudevents, source_name, rel.topic,
+                                                     rel.id, rel.created_at, F.col("headers")))
     return ended.sortWithinPartitions(_POS).select(
         rel.topic.alias("topic"),
         F.col("key").cast("binary").alias("key"),
         F.col("value").cast("binary").alias("value"),
-        F.concat(reserved_headers(source_name, header_prefix, rel.id, rel.created_at),
-                 user).alias("headers"),
+        F.concat(relays, user).alias("headers"),
         rel.partition.alias("partition"),
     )
 

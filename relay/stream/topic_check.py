@@ -12,6 +12,7 @@ from relay.control.claims import TopicLimits
 from relay.control.db import Database
 from relay.control.kafka_admin import KafkaAdmin, TopicInfo, TopicUnavailable, topic_name_problem
 from relay.control.topic_meta import TopicMeta
+from relay.rules.cloudevent_topics import TopicFlags, allowance
 from relay.rules.partitioners import Partitioner
 from relay.rules.record_size import payload_allowance
 from relay.rules.topic_rules import rule_for
@@ -71,14 +72,17 @@ class TopicCheck:
             {t: i for t, i in infos.items() if isinstance(i, TopicUnavailable)}, errors, doomed)
         limits = []
         for topic, info in present.items():
-            max_bytes = payload_allowance(info.max_message_bytes, settings.max_request_size,
-                                          settings.compression_type, settings.header_prefix,
-                                          settings.source_name)
+            plain = payload_allowance(info.max_message_bytes, settings.max_request_size,
+                                      settings.compression_type, settings.header_prefix,
+                                      settings.source_name)
             rule = rule_for(settings.topic_rules, topic)
+            # A CloudEvents topic's records carry the attributes the relay adds, too.
+            max_bytes = allowance(plain, settings.source_name, rule)
             # The failpoint plays a topic turned compacted after its config was read.
             key_required = info.compacted and not failpoints.armed("stale_topic_config")
             limits.append(TopicLimits(topic, max_bytes, rule.compact, key_required,
-                                      info.partitions, settings.partitioner))
+                                      info.partitions, settings.partitioner,
+                                      TopicFlags.of(rule)))
         return limits, doomed
 
     def _sort_unavailable(self, unavailable: dict[str, TopicUnavailable],
