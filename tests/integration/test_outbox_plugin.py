@@ -78,7 +78,8 @@ def test_a_passing_assertion(conn, outbox):
     relay.publish(conn, "invoices", "invoice 1", partition_key="customer-7")
     [m] = outbox.assert_published(conn, "orders.created", key=b"order-1", value=b'{"id": 1}',
                                   headers={"tenant": "eu"}, event_type="shop.order.created")
-    assert (m.topic, m.key, m.value, m.json()) == ("orders.created", b"order-1", b'{"id": 1}', {"id": 1})
+    assert (m.topic, m.key, m.value) == ("orders.created", b"order-1", b'{"id": 1}')
+    assert m.json() == {"id": 1} and m.headers["tenant"] == "eu"
     outbox.assert_published(conn, "invoices", key=None, value="invoice 1", count=1,
                             partition_key="customer-7")
     outbox.assert_published(conn, value=re.compile(r"^invoice \\d$"))
