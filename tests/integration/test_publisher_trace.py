@@ -23,7 +23,14 @@ import sqlalchemy as sa
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    TraceState,
+    set_span_in_context,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
@@ -41,6 +48,10 @@ pytestmark = pytest.mark.integration
 ADAPTERS = ["psycopg2", "psycopg", "sqlalchemy-session"]
 PREFIX = "outbox-relay."  # the relay's default, which make_config keeps
 CALLERS_OWN = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+# psycopg's spans continue an upstream trace that carries a tracestate.
+UPSTREAM = SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, is_remote=True,
+                       trace_flags=TraceFlags(TraceFlags.SAMPLED),
+                       trace_state=TraceState([("shop", "t61rcWkgMzE")]))
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,7 @@ class Sent:
     span_id: int | None  # the publisher's span whose context the record must carry
     trace_id: int | None
     flags: int = 0
+    tracestate: str | None = None
 
 
 @contextmanager
@@ -95,13 +107,17 @@ def test_a_consumer_continues_the_publishers_trace(
     sent: dict[int, Sent] = {}
     for adapter in ADAPTERS:
         with transaction(adapter, migrated_url) as conn:
-            with tracer.start_as_current_span(f"place order ({adapter})") as span:
+            upstream = (set_span_in_context(NonRecordingSpan(UPSTREAM))
+                        if adapter == "psycopg" else None)
+            with tracer.start_as_current_span(f"place order ({adapter})",
+                                              context=upstream) as span:
                 ctx = span.get_span_context()
+                state = ctx.trace_state.to_header() or None
                 first, *rest = key_shapes(topic, adapter)
                 ids = [relay.publish(conn, topic, first.value, key=first.key)]
                 ids += relay.publish_many(conn, rest)
                 for i, m in zip(ids, [first, *rest], strict=True):
-                    sent[i] = Sent(m, ctx.span_id, ctx.trace_id, int(ctx.trace_flags))
+                    sent[i] = Sent(m, ctx.span_id, ctx.trace_id, int(ctx.trace_flags), state)
                 # Switched off per call, and the caller's own traceparent, in the span.
                 off = Message(topic, f"{adapter}:off", key=b"k-off")
                 own = Message(topic, f"{adapter}:own", key=None,
@@ -141,7 +157,8 @@ def test_a_consumer_continues_the_publishers_trace(
             continue
         assert s.trace_id is not None
         assert user == {**(m.headers or {}),
-                        "traceparent": f"00-{s.trace_id:032x}-{s.span_id:016x}-{s.flags:02x}"}
+                        "traceparent": f"00-{s.trace_id:032x}-{s.span_id:016x}-{s.flags:02x}",
+                        **({"tracestate": s.tracestate} if s.tracestate else {})}
         with tracer.start_as_current_span(
                 f"process {r.outbox_id}", context=propagator.extract(carrier),
                 kind=SpanKind.CONSUMER, attributes={"outbox.id": r.outbox_id}):
@@ -160,8 +177,11 @@ def test_a_consumer_continues_the_publishers_trace(
         assert consumer.context.trace_id == publisher.context.trace_id
         assert consumer.parent is not None and consumer.parent.is_remote
         assert consumer.parent.span_id == publisher.context.span_id
-    one = next(r for r in got if r.outbox_id in continued and r.key is not None
-               and r.key.startswith(b"\x00"))
+        assert consumer.context.trace_state == publisher.context.trace_state
+    assert sum(1 for s in sent.values() if s.tracestate == "shop=t61rcWkgMzE") == 3
+    assert sum(1 for s in sent.values() if s.trace_id == UPSTREAM.trace_id) == 3
+    one = next(r for r in got if sent[r.outbox_id].tracestate is not None
+               and r.key is not None and r.key.startswith(b"\x00"))
     print(f"\nthe consumer's view of outbox id {one.outbox_id}: topic {one.topic} "
           f"partition {one.partition} offset {one.offset} key {one.key!r} value {one.value!r}")
     for name, value in sorted(one.headers.items()):
