@@ -7,6 +7,11 @@ The async drivers: tests/integration/test_outbox_plugin_async.py.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import psycopg2
 import pytest
 
@@ -22,15 +27,26 @@ ORDERS = "CREATE TABLE orders (id int PRIMARY KEY, total numeric)"
 def app_database(migrated_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """The application's test database: the relay's schema, its own table, its URL in
     DATABASE_URL for the pytest process that pytester starts."""
-    conn = psycopg2.connect(migrated_url)
+    return _app_database(migrated_url, monkeypatch)
+
+
+def _app_database(url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    conn = psycopg2.connect(url)
     with conn, conn.cursor() as cur:
         cur.execute(ORDERS)
     conn.close()
-    monkeypatch.setenv("DATABASE_URL", migrated_url)
-    return migrated_url
+    monkeypatch.setenv("DATABASE_URL", url)
+    return url
 
 
-def test_the_documented_test_file_passes(app_database: str, pytester: pytest.Pytester) -> None:
+def test_the_documented_test_file_passes(database_url: str, pytester: pytest.Pytester,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The schema as the page says to apply it: `outbox-relay migrate` on RELAY_POSTGRES_URL.
+    cli = Path(sys.executable).with_name("outbox-relay")
+    migrated = subprocess.run([str(cli), "migrate"], capture_output=True, text=True,
+                              env={**os.environ, "RELAY_POSTGRES_URL": database_url})
+    assert migrated.returncode == 0, migrated.stderr
+    _app_database(database_url, monkeypatch)
     code = not_run("publishing.md", "a pytest file").code
     pytester.makepyfile(test_checkout=code)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
