@@ -86,6 +86,7 @@ def _python_problem(message: Message, limits: Limits) -> tuple[str | None, objec
 
 
 PREFIX = "outbox-relay."
+SOURCE = "outbox-relay"  # the relay's default source_name (ce_source on a CloudEvents topic)
 # (headers, prefix, the words both verdicts hold, or None where both accept)
 HEADER_CASES: list[tuple[object, str, str | None]] = [
     ({"x-outbox-relay.id": "1"}, PREFIX, None),  # the prefix in the middle of a name
@@ -113,7 +114,7 @@ HEADER_CASES: list[tuple[object, str, str | None]] = [
 def test_header_checks_agree_with_relay_message_problem(
     cur: Any, headers: Any, prefix: str, words: str | None,
 ) -> None:
-    limits = Limits(prefix, 1_000_000)
+    limits = Limits(prefix, 1_000_000, SOURCE)
     message = Message("orders", b"v", key=b"k", headers=headers)
     python, relay_sees = _python_problem(message, limits)
     sql = _sql_problem(cur, message, relay_sees, limits)
@@ -134,7 +135,7 @@ def test_the_size_limit_agrees_with_relay_message_problem_at_the_boundary(
                 (message.value.encode(), message.key.encode(), stored))  # type: ignore[union-attr]
     size = cur.fetchone()[0]
     for max_bytes, accepted in ((size, True), (size - 1, False)):
-        limits = Limits(PREFIX, max_bytes)
+        limits = Limits(PREFIX, max_bytes, SOURCE)
         python, relay_sees = _python_problem(message, limits)
         sql = _sql_problem(cur, message, relay_sees, limits)
         assert (python is None, sql is None) == (accepted, accepted), (max_bytes, python, sql)
@@ -146,7 +147,7 @@ def test_what_postgresql_cannot_store_is_refused_before_it_is_sent(cur: Any) -> 
     the caller would otherwise get mid-transaction."""
     for headers, pk in (({"a": "x\x00y"}, None), ({"a\x00": "x"}, None), (None, "p\x00")):
         python, _ = _python_problem(Message("orders", b"v", partition_key=pk, headers=headers),
-                                    Limits(PREFIX, 1_000_000))
+                                    Limits(PREFIX, 1_000_000, SOURCE))
         assert python is not None and "NUL" in python
     cur.execute("SAVEPOINT nul")
     with pytest.raises(psycopg2.Error, match="unsupported Unicode escape sequence"):
