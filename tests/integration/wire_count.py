@@ -54,7 +54,7 @@ class WireCounter:
         except OSError:
             pass
         finally:
-            dst.close()
+            _close(dst)
 
     def _frontend(self, src: socket.socket, dst: socket.socket) -> None:
         """Counts each complete request before forwarding it, so a count read after the
@@ -81,4 +81,15 @@ class WireCounter:
         except OSError:
             pass
         finally:
-            dst.close()
+            _close(dst)
+
+
+def _close(sock: socket.socket) -> None:
+    """Closes both directions first: a bare close() while the other thread waits in recv()
+    on the same socket sends no FIN, and a driver that waits for the server to hang up
+    (asyncpg's close()) would wait forever."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
