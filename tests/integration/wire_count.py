@@ -9,6 +9,7 @@ its own BEGIN included. Use sslmode=disable: an encrypted stream has no visible 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from urllib.parse import urlsplit, urlunsplit
@@ -88,8 +89,6 @@ def _close(sock: socket.socket) -> None:
     """Closes both directions first: a bare close() while the other thread waits in recv()
     on the same socket sends no FIN, and a driver that waits for the server to hang up
     (asyncpg's close()) would wait forever."""
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()
