@@ -175,6 +175,13 @@ def test_outside_a_transaction_it_refuses_unless_told_otherwise(migrated_url: st
             async with apg.transaction():
                 await relay.publish_async(apg, "orders", b"v")
             counts.append(count(migrated_url))
+            async with asyncpg.create_pool(migrated_url, min_size=1, max_size=1) as pool, \
+                    pool.acquire() as pooled:  # a pool's proxy of a Connection
+                with pytest.raises(NoTransactionError, match="no transaction started"):
+                    await relay.publish_async(pooled, "orders", b"v")
+                async with pooled.transaction():
+                    await relay.publish_async(pooled, "orders", b"v")
+            counts.append(count(migrated_url))
         finally:
             await pg.close()
             await apg.close()
@@ -182,7 +189,7 @@ def test_outside_a_transaction_it_refuses_unless_told_otherwise(migrated_url: st
             await on_psycopg.dispose()
         return counts
 
-    assert run(scenario) == [1, 2, 3, 4, 5, 7]
+    assert run(scenario) == [1, 2, 3, 4, 5, 7, 8]
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
