@@ -42,6 +42,7 @@ from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import consume, create_topics, unique
+from tests.without_opentelemetry import BLOCK_OPENTELEMETRY
 
 pytestmark = pytest.mark.integration
 
@@ -189,21 +190,8 @@ def test_a_consumer_continues_the_publishers_trace(
     provider.shutdown()
 
 
-_PUBLISH_WITHOUT_OPENTELEMETRY = textwrap.dedent("""
-    import importlib.abc
+_PUBLISH_WITHOUT_OPENTELEMETRY = BLOCK_OPENTELEMETRY + textwrap.dedent("""
     import json
-    import sys
-
-    class Blocker(importlib.abc.MetaPathFinder):
-        asked = 0
-
-        def find_spec(self, name, path=None, target=None):
-            if name == "opentelemetry" or name.startswith("opentelemetry."):
-                Blocker.asked += 1
-                raise ImportError(f"blocked for the test: {name}")
-            return None
-
-    sys.meta_path.insert(0, Blocker())
 
     import psycopg2
     import relay

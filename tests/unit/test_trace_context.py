@@ -25,6 +25,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from relay.errors import InvalidMessageError, PublishError
 from relay.outbox import trace as relay_trace
 from relay.outbox.checks import Limits, Message, OutboxRow, checked_rows, limits
+from tests.without_opentelemetry import BLOCK_OPENTELEMETRY
 
 TOPIC = "orders.created"
 
@@ -239,25 +240,10 @@ def test_not_added_under_a_reserved_prefix_that_covers_its_names(tracer: trace.T
         assert "traceparent" in headers_of(rows(Message(TOPIC, b"{}"))[0])
 
 
-_BLOCK_OPENTELEMETRY = textwrap.dedent("""
-    import importlib.abc
-    import sys
-
-    class Blocker(importlib.abc.MetaPathFinder):
-        asked = 0
-
-        def find_spec(self, name, path=None, target=None):
-            if name == "opentelemetry" or name.startswith("opentelemetry."):
-                Blocker.asked += 1
-                raise ImportError(f"blocked for the test: {name}")
-            return None
-
-    sys.meta_path.insert(0, Blocker())
-""")
 
 
 def test_without_opentelemetry_installed_nothing_changes() -> None:
-    code = _BLOCK_OPENTELEMETRY + textwrap.dedent("""
+    code = BLOCK_OPENTELEMETRY + textwrap.dedent("""
         import json
         import relay
         from relay.outbox import trace
