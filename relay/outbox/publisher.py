@@ -53,7 +53,8 @@ def publish(conn: Any, topic: str, value: bytes | str | None, *,
 
     When OpenTelemetry is installed and a span is current, its W3C `traceparent` (and
     `tracestate`) go into the headers (relay.outbox.trace), unless `trace_context=False`
-    or OUTBOX_RELAY_TRACE_CONTEXT=off; a header of that name given by the caller is kept.
+    or OUTBOX_RELAY_TRACE_CONTEXT=off. A `traceparent` or `tracestate` header the caller
+    gives (in any case) is kept, and then neither of the span's is added.
 
     Checked first, and refused with InvalidMessageError before anything is written, is what
     the relay would refuse: an illegal topic name, a header name starting with

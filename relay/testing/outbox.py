@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.errors import PublishError
+from relay.errors import MigrationError, PublishError
 
 # No parameters: the same text runs on every driver and paramstyle.
 READ_PUBLISHED = """
@@ -74,11 +74,15 @@ def published(conn: Any) -> list[PublishedMessage]:
     if is_async:
         raise TypeError(f"{_name(conn)} is an async connection: use the *_async variant "
                         "(await outbox.assert_published_async(conn, ...), ...)")
-    if family == "dbapi":
-        with conn.cursor(**_tuple_cursor(conn)) as cur:
-            cur.execute(READ_PUBLISHED)
-            return _decoded(cur.fetchall())
-    return _decoded(conn.execute(_text()).all())
+    try:
+        if family == "dbapi":
+            with conn.cursor(**_tuple_cursor(conn)) as cur:
+                cur.execute(READ_PUBLISHED)
+                return _decoded(cur.fetchall())
+        return _decoded(conn.execute(_text()).all())
+    except Exception as exc:
+        _explain_missing_schema(exc)
+        raise
 
 
 async def published_async(conn: Any) -> list[PublishedMessage]:
@@ -87,13 +91,35 @@ async def published_async(conn: Any) -> list[PublishedMessage]:
     family, is_async = kind(conn)
     if not is_async:
         raise TypeError(f"{_name(conn)} is a sync connection: use the method without _async")
-    if family == "dbapi":
-        async with conn.cursor(**_tuple_cursor(conn)) as cur:
-            await cur.execute(READ_PUBLISHED)
-            return _decoded(await cur.fetchall())
-    if family == "asyncpg":
-        return _decoded(await conn.fetch(READ_PUBLISHED))
-    return _decoded((await conn.execute(_text())).all())
+    try:
+        if family == "dbapi":
+            async with conn.cursor(**_tuple_cursor(conn)) as cur:
+                await cur.execute(READ_PUBLISHED)
+                return _decoded(await cur.fetchall())
+        if family == "asyncpg":
+            return _decoded(await conn.fetch(READ_PUBLISHED))
+        return _decoded((await conn.execute(_text())).all())
+    except Exception as exc:
+        _explain_missing_schema(exc)
+        raise
+
+
+# undefined_table, undefined_column: a database without the relay's schema (or an older
+# one, before xact_id).
+_NO_SCHEMA = {"42P01", "42703"}
+
+
+def _explain_missing_schema(exc: BaseException) -> None:
+    """MigrationError saying what to do, when the driver's error (any of the drivers, or
+    SQLAlchemy's wrapper of one) says the outbox table or its xact_id column is missing."""
+    for err in (exc, getattr(exc, "orig", None)):
+        code = getattr(err, "pgcode", None) or getattr(err, "sqlstate", None)
+        if code in _NO_SCHEMA:
+            raise MigrationError(
+                "cannot read what this transaction published: the database has no "
+                "kafka_messages with the relay's schema (PostgreSQL says: "
+                f"{str(err).strip().splitlines()[0]}). Apply it to the test database "
+                "once: RELAY_POSTGRES_URL=<its url> outbox-relay migrate") from exc
 
 
 def kind(conn: Any) -> tuple[str, bool]:

@@ -7,14 +7,18 @@ The async drivers: tests/integration/test_outbox_plugin_async.py.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import asyncpg
 import psycopg2
 import pytest
 
+from relay.errors import MigrationError
+from relay.testing import Outbox
 from tests.integration.doc_snippets import not_run
 
 pytestmark = pytest.mark.integration
@@ -182,3 +186,26 @@ def test_sync_drivers_pass_and_fail_readably(app_database: str,
         "E*This transaction published 1 message(s):",
         "E*topic='orders.created' key=b'order-10' value=None headers={'h': 'v'}",
     ])
+
+
+def test_a_database_without_the_relays_schema_says_to_migrate(database_url: str) -> None:
+    """The fixture on a test database nobody migrated: the error names the command, for a
+    sync and an async driver (the driver's own error stays as the cause)."""
+    outbox = Outbox()
+    conn = psycopg2.connect(database_url)
+    try:
+        with pytest.raises(MigrationError, match="outbox-relay migrate") as caught:
+            outbox.published(conn)
+        assert isinstance(caught.value.__cause__, psycopg2.errors.UndefinedTable)
+    finally:
+        conn.close()
+
+    async def on_asyncpg() -> None:
+        aconn = await asyncpg.connect(database_url)
+        try:
+            with pytest.raises(MigrationError, match="kafka_messages"):
+                await outbox.published_async(aconn)
+        finally:
+            await aconn.close()
+
+    asyncio.run(on_asyncpg())
