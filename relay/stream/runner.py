@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.query import StreamingQuery
 
 from relay.config.load import to_json_without_secrets
@@ -26,7 +27,12 @@ from relay.observe.progress import Progress
 from relay.observe.serve import exported
 from relay.stream.batch import BatchProcessor
 from relay.stream.source import SOURCE_NAME, OutboxSource
-from relay.stream.starting import QueryStart, warm_up_in_background
+from relay.stream.starting import (
+    START_ATTEMPTS,
+    QueryStart,
+    start_timed_out,
+    warm_up_in_background,
+)
 from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal, forward_jvm_signals
 from relay.wiring import Relay, batch_processor
@@ -138,17 +144,26 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
             query = None if idle else start_query(relay, processor, available_now, bound)
         starting = False
         log.debug("the streaming query started")
-        while query is not None and query.isActive:
-            if not stop.requested and not _alive(watched):
-                stop.request("the process that launched the relay is gone")
-            if stop.requested:
+        for attempt in range(2, START_ATTEMPTS + 2):
+            ended = "ended" if query is None else _await(query, stop, watched)
+            if query is not None and ended == "stop":
                 with stop.between_batches():
                     stopping = True
                     query.stop()
+            error = query.exception() if query is not None else None
+            if (query is None or error is None or stopping or stop.requested
+                    or attempt > START_ATTEMPTS
+                    or not start_timed_out(error, query, processor.failure)):
+                if ended == "raised" and error is not None:
+                    raise error  # as awaitTermination raised it: reported below
                 break
-            query.awaitTermination(1)
+            log.warning("the streaming query did not start: its source's Python worker "
+                        "did not connect back in time (a loaded machine); starting it "
+                        "again (attempt %d of %d)", attempt, START_ATTEMPTS)
+            starting = True
+            query = start_query(relay, processor, available_now, bound)
+            starting = False
         log.debug("the streaming query ended")
-        error = query.exception() if query is not None else None
         failed = error is not None and not _stop_side_effect(stop, stopping, processor, error)
     except Exception as exc:
         if _stop_side_effect(stop, stopping or (starting and stop.requested), processor, exc):
@@ -197,6 +212,22 @@ _HELPER_KILLED = re.compile(
     r"|Python worker exited unexpectedly \(crashed\)"
     r"|EOFException\s+at \S+\.readInt\S*\s+at \S+\.PythonStreamingSourceRunner\.init\("
 )
+
+
+def _await(query: StreamingQuery, stop: StopSignal, watched: int) -> str:
+    """Waits while the query runs: "stop" as soon as a stop is asked for (or the launcher
+    is gone), "ended" once the query ended by itself, "raised" if it ended with an error
+    (query.exception() holds it)."""
+    while query.isActive:
+        if not stop.requested and not _alive(watched):
+            stop.request("the process that launched the relay is gone")
+        if stop.requested:
+            return "stop"
+        try:
+            query.awaitTermination(1)
+        except StreamingQueryException:
+            return "raised"
+    return "ended"
 
 
 def _stop_side_effect(stop: StopSignal, stopping: bool, processor: BatchProcessor,

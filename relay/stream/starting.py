@@ -14,6 +14,7 @@ and an available-now drain that the first round empties starts no query at all.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable
 
@@ -22,6 +23,24 @@ from pyspark.sql.streaming.query import StreamingQuery
 from relay.errors import first_line
 
 log = logging.getLogger(__name__)
+
+# The query's source runs in a Python worker that the JVM starts at the query's start and
+# waits 10 s for (PythonWorkerFactory, not configurable). On a loaded machine (three relays
+# starting on two cores: tests/faults/test_ownership.py) that wait ran out, and the relay
+# exited with nothing delivered. Nothing of the query had run, so it is started again.
+START_ATTEMPTS = 3
+_WORKER_LATE = re.compile(r"Python worker failed to connect back"
+                          r"|Timed out while waiting for the Python worker to connect back")
+
+
+def start_timed_out(error: BaseException, query: StreamingQuery,
+                    body_failure: BaseException | None) -> bool:
+    """Whether the query ended only because its source's worker connected back too late:
+    before any micro-batch completed, and with no batch body failed (a body's own worker
+    failing stays that body's failure)."""
+    text = f"{error}\n{getattr(error, '_stackTrace', '') or ''}"
+    return (body_failure is None and query.lastProgress is None
+            and _WORKER_LATE.search(text) is not None)
 
 
 class QueryStart:
