@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
-import re
 import time
 from dataclasses import dataclass
 from typing import TextIO
 
-from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.query import StreamingQuery
 
 from relay.config.load import to_json_without_secrets
@@ -35,6 +32,7 @@ from relay.stream.starting import (
 )
 from relay.stream.stats import RelayStats
 from relay.stream.stop import StopSignal, forward_jvm_signals
+from relay.stream.watching import await_query, stop_side_effect, watched_pid
 from relay.wiring import Relay, batch_processor
 
 log = logging.getLogger(__name__)
@@ -115,7 +113,7 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
     flusher.start()
     failed = False
     stopping = starting = False
-    watched = _watched_pid()
+    watched = watched_pid()
     starter = QueryStart(lambda: start_query(relay, processor, available_now, bound))
     try:
         # One round before Spark's first trigger: starting the query and its source's
@@ -145,7 +143,7 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
         starting = False
         log.debug("the streaming query started")
         for attempt in range(2, START_ATTEMPTS + 2):
-            ended = "ended" if query is None else _await(query, stop, watched)
+            ended = "ended" if query is None else await_query(query, stop, watched)
             if query is not None and ended == "stop":
                 with stop.between_batches():
                     stopping = True
@@ -164,9 +162,9 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
             query = start_query(relay, processor, available_now, bound)
             starting = False
         log.debug("the streaming query ended")
-        failed = error is not None and not _stop_side_effect(stop, stopping, processor, error)
+        failed = error is not None and not stop_side_effect(stop, stopping, processor, error)
     except Exception as exc:
-        if _stop_side_effect(stop, stopping or (starting and stop.requested), processor, exc):
+        if stop_side_effect(stop, stopping or (starting and stop.requested), processor, exc):
             log.warning("the stop interrupted Spark outside a batch body (nothing was in "
                         "flight; a checkpoint entry cut short is redone on restart): %s",
                         first_line(exc)[:300])
@@ -188,86 +186,6 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
     code = _exit_code(available_now, stop.requested, failed, remaining,
                       verified=unverified is None, failure=processor.failure)
     return RunResult(code, processor.stats, time.monotonic() - started, remaining, unverified)
-
-
-# A signal to the whole process group (Ctrl-C, `kill -TERM -PGID`) also reaches the
-# JVM's children:
-# - the `chmod` that Hadoop forks for every local checkpoint file when its native library
-#   is missing: a write caught by it fails with the helper's exit code (128 + signal) and
-#   ends the query, although the batch body had finished; Spark redoes the missing
-#   checkpoint entry on restart. Java forks it through jspawnhelper, and the signal may
-#   also catch that helper itself;
-# - pyspark.daemon, which serves the outbox source's Python worker: the query's planning
-#   of its next micro-batch (the source's ticks; no data) then fails. The bench's
-#   start/stop caught it in 2 runs of 3 with a SIGTERM during the query's first seconds;
-# - the source's Python worker while the query starts it (PythonStreamingSourceRunner's
-#   init reads the worker's first reply and meets its end): one start/stop of a full
-#   bench run, with the query still initializing.
-# A Python worker a batch body needed (a transform's) fails that body instead, which
-# stays a failure (BatchProcessor.failure).
-_HELPER_KILLED = re.compile(
-    r"ExitCodeException exitCode=(?:130|143)\b"
-    r"|Failed to exec spawn helper: pid: \d+, signal: (?:2|15)\b"
-    r"|EOFException occurred while reading the port number from pyspark\.daemon"
-    r"|Python worker exited unexpectedly \(crashed\)"
-    r"|EOFException\s+at \S+\.readInt\S*\s+at \S+\.PythonStreamingSourceRunner\.init\("
-)
-
-
-def _await(query: StreamingQuery, stop: StopSignal, watched: int) -> str:
-    """Waits while the query runs: "stop" as soon as a stop is asked for (or the launcher
-    is gone), "ended" once the query ended by itself, "raised" if it ended with an error
-    (query.exception() holds it)."""
-    while query.isActive:
-        if not stop.requested and not _alive(watched):
-            stop.request("the process that launched the relay is gone")
-        if stop.requested:
-            return "stop"
-        try:
-            query.awaitTermination(1)
-        except StreamingQueryException:
-            return "raised"
-    return "ended"
-
-
-def _stop_side_effect(stop: StopSignal, stopping: bool, processor: BatchProcessor,
-                      exc: BaseException) -> bool:
-    """Whether the query failed only because of our own stop, not in a batch body.
-
-    query.stop() interrupts the stream thread, and while it writes the checkpoint's commit
-    entry or asks the source for offsets, Spark may report that interruption as a failure.
-    No batch body runs then (the runner holds between_batches()), so nothing is lost:
-    the source carries no data and a redone tick only claims again.
-    """
-    if processor.failure is not None:
-        return False
-    return stopping or _stop_killed_a_helper(stop, exc)
-
-
-def _stop_killed_a_helper(stop: StopSignal, exc: BaseException) -> bool:
-    """Whether the query failed only because our own stop signal killed a child of the
-    JVM: a Hadoop helper, or the Python daemon of the source's worker."""
-    if not stop.requested:
-        return False
-    text = f"{exc}\n{getattr(exc, '_stackTrace', '') or ''}"
-    return _HELPER_KILLED.search(text) is not None
-
-
-def _watched_pid() -> int:
-    """The launcher whose death must stop us: spark-submit's JVM, or our parent."""
-    return int(os.environ.get("RELAY_WATCH_PID") or os.getppid())
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 1:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _from_before(relay: Relay, bound: int) -> list[TopicState]:

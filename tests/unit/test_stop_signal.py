@@ -133,13 +133,13 @@ def _enter(stop: StopSignal) -> bool:
     ".init(PythonStreamingSourceRunner.scala:135)\n",
 ])
 def test_a_helper_killed_by_our_own_stop_signal_is_not_a_failure(text: str) -> None:
-    from relay.stream.runner import _stop_killed_a_helper
+    from relay.stream.watching import stop_killed_a_helper
 
     stop = StopSignal()
-    assert not _stop_killed_a_helper(stop, RuntimeError(text)), "no stop requested: a failure"
+    assert not stop_killed_a_helper(stop, RuntimeError(text)), "no stop requested: a failure"
     stop.request("SIGTERM")
-    assert _stop_killed_a_helper(stop, RuntimeError(text))
-    assert not _stop_killed_a_helper(stop, RuntimeError("Connection refused"))
+    assert stop_killed_a_helper(stop, RuntimeError(text))
+    assert not stop_killed_a_helper(stop, RuntimeError("Connection refused"))
 
 
 def test_install_outside_the_main_thread_warns_instead_of_failing(
