@@ -152,8 +152,8 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
             if (query is None or error is None or stopping or stop.requested
                     or attempt > START_ATTEMPTS
                     or not start_timed_out(error, query, processor.failure)):
-                if ended == "raised" and error is not None:
-                    raise error  # as awaitTermination raised it: reported below
+                if isinstance(ended, BaseException):
+                    raise ended  # as awaitTermination raised it: judged below
                 break
             log.warning("the streaming query did not start: its source's Python worker "
                         "did not connect back in time (a loaded machine); starting it "

@@ -37,10 +37,12 @@ _HELPER_KILLED = re.compile(
 )
 
 
-def await_query(query: StreamingQuery, stop: StopSignal, watched: int) -> str:
+def await_query(query: StreamingQuery, stop: StopSignal,
+                watched: int) -> str | StreamingQueryException:
     """Waits while the query runs: "stop" as soon as a stop is asked for (or the launcher
-    is gone), "ended" once the query ended by itself, "raised" if it ended with an error
-    (query.exception() holds it)."""
+    is gone), "ended" once the query ended by itself, or the error awaitTermination raised
+    when it ended with one. That error, not query.exception(), is the one to judge: only
+    its text holds the Java causes (a killed helper's exit code, stop_killed_a_helper)."""
     while query.isActive:
         if not stop.requested and not alive(watched):
             stop.request("the process that launched the relay is gone")
@@ -48,8 +50,8 @@ def await_query(query: StreamingQuery, stop: StopSignal, watched: int) -> str:
             return "stop"
         try:
             query.awaitTermination(1)
-        except StreamingQueryException:
-            return "raised"
+        except StreamingQueryException as exc:
+            return exc
     return "ended"
 
 
