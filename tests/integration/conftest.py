@@ -55,6 +55,17 @@ def migrated_url(database_url: str) -> str:
     return database_url
 
 
+@pytest.fixture
+def cur(migrated_url: str) -> Iterator[Any]:
+    """A cursor on a fresh migrated database, in one transaction committed at the end."""
+    conn = psycopg2.connect(migrated_url)
+    try:
+        with conn, conn.cursor() as cursor:
+            yield cursor
+    finally:
+        conn.close()
+
+
 ConfigFactory = Callable[..., Config]
 
 

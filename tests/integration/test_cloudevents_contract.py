@@ -5,10 +5,8 @@ row the check refuses through to it."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg2
 import pytest
 
 from relay.config import TopicRule
@@ -30,16 +28,6 @@ HEADERS: list[dict[str, str] | None] = [
 FLAGS = [PLAIN, TopicFlags(cloudevents=True), TopicFlags(cloudevents=True, type_required=True)]
 KEYS: list[tuple[str | None, bytes | None]] = [
     (None, None), (None, b"\x00\xff"), ("k", b"k"), ("other", b"k"), ("pk", None)]
-
-
-@pytest.fixture
-def cur(migrated_url: str) -> Iterator[Any]:
-    conn = psycopg2.connect(migrated_url)
-    try:
-        with conn, conn.cursor() as cursor:
-            yield cursor
-    finally:
-        conn.close()
 
 
 def _problem(cur: Any, headers: str | None, flags: TopicFlags, max_bytes: int = 10**6,

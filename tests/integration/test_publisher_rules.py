@@ -41,16 +41,6 @@ SELECT relay_message_problem(0, %(topic)s, %(message)s, %(key)s, %(partition_key
 """
 
 
-@pytest.fixture
-def cur(migrated_url: str) -> Any:
-    conn = psycopg2.connect(migrated_url)
-    try:
-        with conn, conn.cursor() as cursor:
-            yield cursor
-    finally:
-        conn.close()
-
-
 @pytest.mark.parametrize("headers", HEADERS, ids=range(len(HEADERS)))
 def test_the_json_text_length_is_what_jsonb_prints(cur: Any, headers: dict[str, str]) -> None:
     text = jsonb_text(headers)

@@ -9,10 +9,8 @@ runtime would send, order or refuse a row the other treats differently.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg2
 import pytest
 
 from relay.outbox.checks import jsonb_text
@@ -38,16 +36,6 @@ VALUES: list[bytes | None] = [None, b"", b"v", b"\x00" * 3, "välue \U0001f600".
 HEADER_NAMES = ["outbox-relay.", "outbox-relay.id", "outbox-relay", "x-outbox-relay.id",
                 "OUTBOX-RELAY.id", "", "outbox-relay.\U0001f600"]
 ILLEGAL_TOPICS = [".", "..", "", "a b", "a/b", "a" * 250, "tab\t", "trailing\n", "ü"]
-
-
-@pytest.fixture
-def cur(migrated_url: str) -> Iterator[Any]:
-    conn = psycopg2.connect(migrated_url)
-    try:
-        with conn, conn.cursor() as cursor:
-            yield cursor
-    finally:
-        conn.close()
 
 
 @pytest.mark.parametrize(("partition_key", "key"), KEYS, ids=range(len(KEYS)))
