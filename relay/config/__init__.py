@@ -15,8 +15,8 @@ from relay.config.models import (
     PostgresConfig,
     RelaySettings,
     SparkSettings,
-    TopicRule,
 )
+from relay.config.topic_rule import TopicRule
 
 __all__ = [
     "DEFAULT_TOP_TOPICS",

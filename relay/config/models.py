@@ -11,35 +11,28 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from relay.config.base import StrictModel
 from relay.config.checks import (
     at_most_bytes,
-    check_event_type,
     check_lock_timeouts,
     check_regex,
-    check_transform_spec,
     keep_delivery_guarantees,
     resolve_env_ref,
 )
+from relay.config.topic_rule import TopicRule
 
 # Per-topic metric series before the rest are folded into one series: the default of
 # `metrics.max_label_topics`, which `metrics serve --max-label-topics` overrides.
 DEFAULT_TOP_TOPICS = 100
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PostgresConfig(_Model):
+class PostgresConfig(StrictModel):
     url: str = "postgresql://postgres@127.0.0.1:5432/postgres"
     password: SecretStr | None = None
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
@@ -88,7 +81,7 @@ class PostgresConfig(_Model):
         return f"{self.host}:{self.port}/{self.database}"
 
 
-class KafkaConfig(_Model):
+class KafkaConfig(StrictModel):
     bootstrap_servers: str = "127.0.0.1:9092"
     max_request_size: int = Field(1_048_576, ge=1024)
     delivery_timeout_ms: int = Field(60_000, ge=1000)
@@ -125,7 +118,7 @@ class KafkaConfig(_Model):
         return keep_delivery_guarantees(value)
 
 
-class LedgerConfig(_Model):
+class LedgerConfig(StrictModel):
     path: str = ".relay-data/ledger"
     # A copy's Spark jobs (read staging, write Delta, read it back) take the cores the
     # rounds need; what waits is durable in PostgreSQL and answerable (`ledger show`
@@ -145,45 +138,13 @@ class LedgerConfig(_Model):
     writer: Literal["auto", "spark", "delta-rs"] = "auto"
 
 
-class TopicRule(_Model):
-    """Per-topic behaviour, chosen by the first rule whose regex fully matches the topic."""
-
-    match: str
-    compact: bool = False
-    policy: Literal["block", "park"] = "block"
-    # "package.module:function", a DataFrame -> DataFrame function (relay.data.transform).
-    transform: str | None = None
-    # CloudEvents on the wire (relay.rules.cloudevents): the relay writes the Kafka
-    # binding's binary-mode attributes on each record of the topic; `event_type` is the
-    # ce_type of a row whose headers carry none (without it, such a row is a problem).
-    cloudevents: bool = False
-    event_type: str | None = None
-
-    @field_validator("match")
-    @classmethod
-    def _valid_regex(cls, value: str) -> str:
-        return check_regex(value)
-
-    @field_validator("transform")
-    @classmethod
-    def _valid_transform(cls, value: str | None) -> str | None:
-        return None if value is None else check_transform_spec(value)
-
-    @field_validator("event_type")
-    @classmethod
-    def _event_type_needs_cloudevents(cls, value: str | None,
-                                      info: ValidationInfo) -> str | None:
-        # `cloudevents` is declared first, so it is validated (or missing) by now.
-        return check_event_type(value, bool(info.data.get("cloudevents", False)))
-
-
 # Both travel in every record's reserved headers, which the size check must count: capped,
 # so that a record the check lets through always fits (relay.rules.record_size).
 MAX_SOURCE_NAME_BYTES = 200
 MAX_HEADER_PREFIX_BYTES = 64
 
 
-class RelaySettings(_Model):
+class RelaySettings(StrictModel):
     source_name: str = Field("outbox-relay", min_length=1)
     batch_size: int = Field(10_000, ge=1, le=1_000_000)
     max_batch_bytes: int = Field(256 * 1024 * 1024, ge=1024)
@@ -225,7 +186,7 @@ class RelaySettings(_Model):
         return at_most_bytes(value, MAX_HEADER_PREFIX_BYTES)
 
 
-class SparkSettings(_Model):
+class SparkSettings(StrictModel):
     master: str | None = "local[2]"
     app_name: str = "outbox-relay"
     shuffle_partitions: int = Field(2, ge=1)
@@ -241,7 +202,7 @@ class SparkSettings(_Model):
         return value or None
 
 
-class MetricsConfig(_Model):
+class MetricsConfig(StrictModel):
     """Runtime metrics (relay.observe): served over HTTP by a continuous relay, pushed to
     a Pushgateway at the end of an available-now run. The Pushgateway's credentials, if
     any, come only from RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD.
@@ -272,7 +233,7 @@ class MetricsConfig(_Model):
         return value
 
 
-class Config(_Model):
+class Config(StrictModel):
     postgres: PostgresConfig = PostgresConfig()
     kafka: KafkaConfig = KafkaConfig()
     ledger: LedgerConfig = LedgerConfig()
