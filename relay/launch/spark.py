@@ -47,6 +47,12 @@ def base_conf(config: Config) -> dict[str, str]:
         # The Python workers that run the streaming source must find our dependencies.
         "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
         "spark.sql.streaming.stopTimeout": "60000",
+        # A relay killed while Spark wrote its checkpoint's first entry leaves that
+        # entry's temporary file; with this check on, every later start then failed
+        # (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY) until an operator deleted the
+        # checkpoint. The relay's offsets mean nothing (the outbox is the truth), and
+        # a checkpoint that holds a batch is resumed without this check anyway.
+        "spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart": "false",
         # Small ledger tables: the default 50 snapshot partitions cost 50 tasks per read.
         "spark.databricks.delta.snapshotPartitions": "2",
         # Every ledger copy adds a small file: once 10 are there, the copy that made them
