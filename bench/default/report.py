@@ -60,10 +60,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _now() -> str:
+    return dt.datetime.now().isoformat(timespec="seconds")
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     lines = ["# Benchmark, default run (shipped profile, conf/local.toml)", "",
-             f"Started {meta['started']}, git {meta['git']}; load average at the start "
+             f"Started {meta['started']}, ended {meta.get('ended', '?')}, git {meta['git']}; "
+             "load average at the start "
              f"{results['load_start']}, at the end {results['load_end']}.", "",
              "| target | bound | figure | met |", "| --- | --- | --- | --- |"]
     for row in targets(results):
@@ -123,6 +128,7 @@ def run_day(stack: Stack, work: Path, parts: list[str],
 
 
 def run_default(args: argparse.Namespace, git: str) -> int:
+    started = _now()
     quiet = check_quiet(args.force)
     info = relay.stack.up()  # the stack of `make demo`, its database and its history
     # spark-submit finds pyspark through the `python` on its PATH: the venv's.
@@ -140,7 +146,7 @@ def run_default(args: argparse.Namespace, git: str) -> int:
     log(f"default run: {', '.join(parts)} on the local stack, conf/local.toml")
     results = run_day(Stack(info.postgres_url, info.kafka_bootstrap, env), WORK, parts,
                       _more(args) if {"W3", "W5"} & set(parts) else None)
-    results["meta"] = {"started": dt.datetime.now().isoformat(timespec="seconds"),
+    results["meta"] = {"started": started, "ended": _now(),
                        "git": git, "quiet_check": quiet, "parts": parts}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
