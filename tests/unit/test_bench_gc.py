@@ -114,7 +114,15 @@ def test_every_rotated_segment_of_the_liveness_log_is_read(tmp_path: Path) -> No
          str(tmp_path / "Churn.java")], check=True, capture_output=True, timeout=120)
     assert len(log_segments(live)) > 1
     remarks = (tmp_path / "gc.log").read_text().count("Pause Remark")
-    assert live_summary(live)["markings"] == remarks >= 1
+    markings = live_summary(live)["markings"]
+    # The concurrent thread writes a marking's liveness lines after its Remark pause: a
+    # JVM that exits between the two logged one Remark more (seen once under load in CI).
+    assert remarks - 1 <= markings <= remarks and remarks >= 1, (markings, remarks)
+    # The rotated segments count: the current file alone holds fewer markings.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / live.name).write_bytes(live.read_bytes())
+    assert (live_summary(alone / live.name)["markings"] or 0) < markings
 
 
 def test_the_bench_liveness_log_options_are_accepted_by_the_jvm(tmp_path: Path) -> None:
