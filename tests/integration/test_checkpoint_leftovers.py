@@ -1,12 +1,12 @@
 """A relay killed while Spark wrote its checkpoint's first entry starts again.
 
 Spark writes each checkpoint file as a hidden temporary file and renames it into place. A
-SIGKILL between the two leaves the temporary file alone in `offsets/` (CI saw it: a relay
-killed by a fault test mid-start). Spark then finds no batch to resume, yet a directory it
-requires to be empty for a new query, and refused every later start with
-STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY: the outbox stayed undrained until someone
-deleted the checkpoint by hand. The relay's offsets mean nothing (the outbox is the truth),
-so it starts."""
+SIGKILL between the two leaves the temporary file alone in `offsets/` (CI saw it: the relay
+that test_process.py kills after an acknowledgement, mid-start). Spark then finds no batch
+to resume, yet a directory it requires to be empty for a new query, and refused every
+later start with STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY: the outbox stayed undrained
+until someone deleted the checkpoint by hand. The relay's offsets mean nothing (the
+outbox is the truth), so it starts."""
 
 from __future__ import annotations
 
