@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
@@ -47,15 +48,15 @@ class Relay:
     admin: KafkaAdmin
     ledger: Ledger
     metrics: RuntimeMetrics
-    # The drain lane's own control plane (relay.stream.lanes); None when it is off.
-    drain: Relay | None = None
+    # The drain lanes' own control planes (relay.stream.lanes); none when they are off.
+    drains: list[Relay] = field(default_factory=list)
 
     def close(self) -> None:
         for db in (self.db, self.heartbeat_locks.db, self.ledger.db):
             db.close()
-        if self.drain is not None:
-            self.drain.db.close()
-            self.drain.heartbeat_locks.db.close()
+        for lane in self.drains:
+            lane.db.close()
+            lane.heartbeat_locks.db.close()
 
 
 @dataclass(frozen=True)
@@ -86,16 +87,29 @@ def control_plane(config: Config, token: str, name: str) -> ControlPlane:
     )
 
 
-# A drain lane's token is its process's token with this suffix.
+# A drain lane's token is its process's token with this suffix: `/drain` for the first
+# lane, `/<n>/drain` for the n-th after it.
 DRAIN_SUFFIX = "/drain"
+_LANE_SUFFIX = re.compile(r"(/\d+)?" + re.escape(DRAIN_SUFFIX) + "$")
 
 
-def drain_lane(main: Relay) -> Relay:
-    """The drain lane's view of `main`: its own token and connections, the rest shared.
-    A token of its own because the executors' read view shows a token's latest batch,
-    and the two lanes claim concurrently; the locks then keep a topic in one lane."""
-    token = main.token + DRAIN_SUFFIX
-    plane = control_plane(main.config, token, "outbox-relay-drain")
+def lane_token(token: str, lane: int) -> str:
+    """The token of drain lane `lane` (0-based) of the process whose token is `token`."""
+    return token + (f"/{lane + 1}" if lane else "") + DRAIN_SUFFIX
+
+
+def process_token(token: str) -> str:
+    """The token of the process a lane's token belongs to (itself for a main lane's)."""
+    return _LANE_SUFFIX.sub("", token)
+
+
+def drain_lane(main: Relay, lane: int = 0) -> Relay:
+    """Drain lane `lane`'s view of `main`: its own token and connections, the rest
+    shared. A token of its own because the executors' read view shows a token's latest
+    batch, and the lanes claim concurrently; the locks then keep a topic in one lane."""
+    token = lane_token(main.token, lane)
+    name = "outbox-relay-drain" + (f"-{lane + 1}" if lane else "")
+    plane = control_plane(main.config, token, name)
     return Relay(config=main.config, spark=main.spark, token=token, **vars(plane),
                  admin=main.admin, ledger=main.ledger, metrics=main.metrics)
 
@@ -123,7 +137,7 @@ def build_relay(config: Config, spark: SparkSession,
         metrics=metrics,
     )
     if relay.drain_lane:
-        built.drain = drain_lane(built)
+        built.drains = [drain_lane(built, lane) for lane in range(relay.drain_lanes)]
     return built
 
 
@@ -145,13 +159,12 @@ def new_round(relay: Relay, stop: StopSignal, stats: RelayStats,
 def batch_processor(relay: Relay, stop: StopSignal, *, bound: int | None = None,
                     continuous: bool = False,
                     stats: RelayStats | None = None) -> BatchProcessor:
-    """The body of foreachBatch for `relay`'s lane, with the drain lane's beside it when
-    it has one; both lanes count into one RelayStats."""
+    """The body of foreachBatch for `relay`'s lane, with its drain lanes beside it; every
+    lane counts into one RelayStats."""
     shared = stats if stats is not None else RelayStats()
-    drain = None
-    if relay.drain is not None:
-        drain = DrainLane(batch_processor(relay.drain, stop, bound=bound, stats=shared),
-                          relay.spark, stop, relay.config.relay.poll_interval_s, relay.metrics)
+    drains = [DrainLane(batch_processor(lane, stop, bound=bound, stats=shared),
+                        relay.spark, stop, relay.config.relay.poll_interval_s, relay.metrics)
+              for lane in relay.drains]
     return BatchProcessor(relay.db, relay.metrics, BatchSettings.of(relay.config),
                           lambda finished: new_round(relay, stop, shared, finished), stop,
-                          bound=bound, continuous=continuous, stats=shared, drain=drain)
+                          bound=bound, continuous=continuous, stats=shared, drains=drains)

@@ -144,6 +144,9 @@ MAX_SOURCE_NAME_BYTES = 200
 MAX_HEADER_PREFIX_BYTES = 64
 
 
+MAX_DRAIN_LANES = 8
+
+
 class RelaySettings(StrictModel):
     source_name: str = Field("outbox-relay", min_length=1)
     batch_size: int = Field(10_000, ge=1, le=1_000_000)
@@ -169,6 +172,11 @@ class RelaySettings(StrictModel):
     # Topics whose claims come back full drain in rounds of their own, beside the other
     # topics' rounds (relay.stream.lanes); false runs every topic in one lane.
     drain_lane: bool = True
+    # How many drain lanes share the backlogged topics, each topic in one at a time. A
+    # round waits on PostgreSQL (claim, delete) about as long as on its write: with two,
+    # one lane's claim and delete run under the other's write (W1 drained 1M rows in
+    # 48.6 s instead of 58-68 s on one machine, docs/performance.md).
+    drain_lanes: int = Field(2, ge=1, le=MAX_DRAIN_LANES)
 
     @field_validator("include_topics", "exclude_topics")
     @classmethod

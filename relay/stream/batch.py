@@ -13,7 +13,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
@@ -58,12 +58,12 @@ class BatchSettings:
 
 class BatchProcessor:
     """`new_round` builds the lane's Round, given what to call after each round that
-    locked a topic; `drain` is the drain lane beside it (None when it is off)."""
+    locked a topic; `drains` are the drain lanes beside it (none when they are off)."""
 
     def __init__(self, db: Database, metrics: RuntimeMetrics, settings: BatchSettings,
                  new_round: Callable[[Callable[[], None]], Round], stop: StopSignal, *,
                  bound: int | None = None, continuous: bool = False,
-                 stats: RelayStats | None = None, drain: DrainLane | None = None) -> None:
+                 stats: RelayStats | None = None, drains: Sequence[DrainLane] = ()) -> None:
         self._db = db
         self._metrics = metrics
         self._settings = settings
@@ -87,7 +87,7 @@ class BatchProcessor:
         # The backlogged topics of the last round that finished. Unlike `backlogged`, it
         # keeps its value while the next round runs (see `draining`).
         self._found_backlog: frozenset[str] = frozenset()
-        self._drain = drain
+        self._drains = list(drains)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         self.run_rounds(f"micro-batch {batch_id}", self._settings.micro_batch_s)
@@ -101,13 +101,13 @@ class BatchProcessor:
                 return
             log.debug("%s: rounds start", label)
             try:
-                if self._drain is not None and seconds > 0:
-                    self._drain.start(deadline, self.bound)
+                if seconds > 0:
+                    for lane in self._drains:
+                        lane.start(deadline, self.bound)
                 try:
                     self._rounds(deadline)
                 finally:
-                    if self._drain is not None:
-                        self._drain.end()
+                    self._end_drains()
                     log.debug("%s: rounds end", label)
             except (DatabaseUnavailableError, UnreachableError) as exc:
                 # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
@@ -115,8 +115,8 @@ class BatchProcessor:
                 report_failure(self._metrics, "main", f"{label} gave up", exc)
                 time.sleep(RETRY_PAUSE_S)
             except BaseException as exc:
-                reported = self._drain.failure if self._drain is not None else None
-                if exc is not reported:  # the drain lane reported its own
+                # A drain lane's own failure was reported by that lane.
+                if not any(exc is lane.failure for lane in self._drains):
                     report_failure(self._metrics, "main", f"{label} failed", exc)
                 self.failure = exc
                 raise
@@ -127,9 +127,9 @@ class BatchProcessor:
             began = time.monotonic()
             worked = self.run_once(self.bound if rounds else None)
             rounds += 1
-            if self._drain is not None:
-                self._drain.split.hand_over(self.backlogged)
-                if self._drain.failure is not None:
+            if self._drains:
+                self._hand_over(self.backlogged)
+                if any(lane.failure is not None for lane in self._drains):
                     return
             if self.stop.requested or time.monotonic() >= deadline:
                 return
@@ -139,6 +139,30 @@ class BatchProcessor:
                 return
             if worked and not self.backlogged and self._pace(began, deadline):
                 return
+
+    def _hand_over(self, topics: Collection[str]) -> None:
+        """Each topic to the drain lane that holds the fewest, so that every lane has
+        work while there is enough: one lane's claim and delete then run under another's
+        write. Only after the main round that claimed them has finished."""
+        for topic in sorted(topics):
+            lane = min(self._drains, key=lambda d: len(d.split.draining))
+            lane.split.hand_over([topic])
+
+    def _held(self) -> frozenset[str]:
+        """The topics the drain lanes hold."""
+        return frozenset().union(*(lane.split.draining for lane in self._drains))
+
+    def _end_drains(self) -> None:
+        """Ends every drain lane, then raises the first lane's error: one lane's failure
+        must not leave another's thread running rounds."""
+        first: BaseException | None = None
+        for lane in self._drains:
+            try:
+                lane.end()
+            except BaseException as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
     def _pace(self, began: float, deadline: float) -> bool:
         """After a round whose claims all fell short of their limit (a trickle, not a
@@ -163,7 +187,7 @@ class BatchProcessor:
         """After a round without work: whether to try another one. Continuous bodies wait
         one poll interval (woken early by a stop); available-now bodies end, unless the
         drain lane still works."""
-        draining = self._drain is not None and self._drain.busy
+        draining = any(lane.busy for lane in self._drains)
         if draining:
             self._show_progress()
         if not self.continuous and not draining:
@@ -186,14 +210,15 @@ class BatchProcessor:
         return self._round.backlogged
 
     def draining(self) -> bool:
-        """Whether the drain lane works (or did a moment ago, between two bodies), or the
-        main lane's last finished round found a backlog, which the lane takes after the
+        """Whether a drain lane works (or did a moment ago, between two bodies), or the
+        main lane's last finished round found a backlog, which a lane takes after the
         round in flight: the start-up round found the backlog before any body ran, the
         query's start and the first body's first round outlasted DRAIN_QUIET_S on busy
         cores, and the first copy began beside the drain (test_drain_lane.py)."""
-        if self._drain is None:
+        if not self._drains:
             return False
-        return bool(self._found_backlog) or self._drain.split.held_within(DRAIN_QUIET_S)
+        return bool(self._found_backlog) or any(
+            lane.split.held_within(DRAIN_QUIET_S) for lane in self._drains)
 
     def run_once(self, bound: int | None = None, only: Collection[str] | None = None) -> bool:
         """One round, on the ready topics (with rows up to `bound` when given; of `only`
@@ -217,8 +242,8 @@ class BatchProcessor:
         ready = [s.topic for s in states if s.state == "ready" and (bound is None or s.below_bound)]
         if only is not None:
             return [t for t in ready if t in only]
-        if self._drain is not None:
-            held = self._drain.split.draining
+        if self._drains:
+            held = self._held()
             return [t for t in ready if t not in held]
         return ready
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from relay.config import Config
 from relay.config.load import build_config
-from relay.wiring import DRAIN_SUFFIX
+from relay.config.models import MAX_DRAIN_LANES
+from relay.wiring import lane_token, process_token
 from tests.faults.infra import query, scalar, wait_until
 from tests.integration.process import write_profile
 
@@ -186,12 +187,12 @@ def tokens_of(url: str, source_name: str) -> set[str]:
     rows = query(url, "SELECT DISTINCT token FROM fault_fence_events WHERE token LIKE %s "
                  "UNION SELECT DISTINCT new_owner FROM fault_lock_events WHERE new_owner LIKE %s",
                  (source_name + "@%", source_name + "@%"))
-    return {t.removesuffix(DRAIN_SUFFIX) for (t,) in rows if t}
+    return {process_token(t) for (t,) in rows if t}
 
 
 def lane_tokens(token: str) -> list[str]:
-    """The tokens one process claims under: its own and its drain lane's."""
-    return [token, token + DRAIN_SUFFIX]
+    """The tokens one process may claim under: its own and every drain lane's."""
+    return [token, *(lane_token(token, lane) for lane in range(MAX_DRAIN_LANES))]
 
 
 def sources_connected(url: str) -> int:

@@ -20,7 +20,7 @@ from relay.ledger.staging import COPY_LOCK_KEY
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from relay.stream.stop import StopSignal
-from relay.wiring import DRAIN_SUFFIX, control_plane
+from relay.wiring import DRAIN_SUFFIX, control_plane, process_token
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     Msg,
@@ -74,7 +74,7 @@ class _LockWatch:
                 continue
             if query(self.url, COPYING, (COPY_LOCK_KEY,))[0][0]:
                 self.copies_beside_the_drain += 1
-            if any(token == big.removesuffix(DRAIN_SUFFIX)
+            if any(token == process_token(big)
                    for topic, token in holders.items() if topic != self.big):
                 self.side_by_side += 1
 

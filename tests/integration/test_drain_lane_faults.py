@@ -99,8 +99,8 @@ def test_a_connection_dropped_after_a_drain_round_gives_the_topic_back_at_once(
     config = make_config([big], relay={"batch_size": 150, "micro_batch_s": micro_batch_s,
                                        "poll_interval_s": 0.05, "drain_lane": True})
     relay = build_relay(config, spark)
-    assert relay.drain is not None
-    lane_db = relay.drain.db
+    assert relay.drains, "the drain lanes are on"
+    lane_db = relay.drains[0].db
     dropped: list[list[tuple[object, ...]]] = []
     at_fault: list[tuple[float, float]] = []  # (when, messages published until then)
 

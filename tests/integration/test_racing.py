@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 from relay.stack import StackInfo
 from relay.stream.runner import EXIT_OK
 from relay.stream.stop import StopSignal
-from relay.wiring import DRAIN_SUFFIX
+from relay.wiring import process_token
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     Msg,
@@ -89,7 +89,7 @@ def test_two_relays_never_both_own_a_topic(
                    "WHERE old_owner IS NOT NULL AND new_owner IS NOT NULL")
     assert steals == []
     # A relay's drain lane takes locks under its own token: the same relay.
-    owners = {o.removesuffix(DRAIN_SUFFIX) for (o,) in query(
+    owners = {process_token(o) for (o,) in query(
         migrated_url, "SELECT DISTINCT new_owner FROM lock_events WHERE new_owner IS NOT NULL")}
     assert len(owners) == 2, f"both relays took locks: {sorted(owners)}"
     published = sum(sum(r.stats.published.values()) for r in results)

@@ -2,7 +2,8 @@
 a topic is in one lane at a time, comes back once its claims no longer fill up, and a
 defect or a stop ends the lane after its round in flight. A failure anywhere in the
 lane's loop (its round or the pause after it) gives its topics back, is logged and
-counted."""
+counted. With two drain lanes, each backlogged topic is in one of them, and one lane's
+failure ends the other too."""
 
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ from typing import Any, cast
 import pytest
 
 from relay.config import MetricsConfig
+from relay.config.models import MAX_DRAIN_LANES
 from relay.control.db import Database
+from relay.control.pending import TopicState
 from relay.errors import DatabaseError, DatabaseUnavailableError
 from relay.observe.runtime import RuntimeMetrics
+from relay.stream import batch
 from relay.stream.batch import BatchProcessor, BatchSettings
 from relay.stream.lanes import DRAIN_POOL, DrainLane
 from relay.stream.round import Round
 from relay.stream.stop import StopSignal
+from relay.wiring import DRAIN_SUFFIX, lane_token, process_token
 
 
 class _Spark:
@@ -238,8 +243,10 @@ class _Round:
         self.held = threading.Event()
         self.held.set()
         self.started = threading.Event()
+        self.ran: list[list[str]] = []  # each round's ready topics
 
     def run(self, ready: list[str]) -> bool:
+        self.ran.append(list(ready))
         self.backlogged = frozenset()  # as Round does: the last round's, once it ended
         self.started.set()
         self.held.wait(10)
@@ -247,13 +254,13 @@ class _Round:
         return bool(ready)
 
 
-def _processor(drain: DrainLane | None) -> tuple[BatchProcessor, _Round]:
+def _processor(drain: DrainLane | None, *more: DrainLane) -> tuple[BatchProcessor, _Round]:
     rnd = _Round()
     settings = BatchSettings(micro_batch_s=1, poll_interval_s=0.01, lock_timeout_s=10,
                              include_topics=[".*"], exclude_topics=[])
     processor = BatchProcessor(cast(Database, None), RuntimeMetrics(MetricsConfig(), "test"),
                                settings, lambda _finished: cast(Round, rnd), StopSignal(),
-                               drain=drain)
+                               drains=[drain, *more] if drain is not None else [])
     return processor, rnd
 
 
@@ -281,3 +288,60 @@ def test_a_backlog_the_main_lane_found_counts_as_draining_until_a_round_finds_no
     rnd.finds = frozenset({"big"})
     one_lane.run_once(only=["big"])
     assert not one_lane.draining(), "without a drain lane nothing waits for one"
+
+
+def _ready(*topics: str) -> list[TopicState]:
+    return [TopicState(t, "ready", None, None, 0, 0.0, True) for t in topics]
+
+
+def test_two_drain_lanes_share_the_backlog_each_topic_in_one_of_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The main lane's round finds four topics backlogged: each lane takes two, no topic is
+    in both, and while they hold them the main lane's next round leaves all four out."""
+    first, _ = _lane(_Rounds({}))
+    second, _ = _lane(_Rounds({}))
+    processor, rnd = _processor(first, second)
+    topics = ("a", "b", "c", "d", "quiet")
+    monkeypatch.setattr(batch, "pending_topics", lambda *_args: _ready(*topics))
+    rnd.finds = frozenset({"a", "b", "c", "d"})
+    processor.run_once()
+    processor._hand_over(processor.backlogged)
+    assert len(first.split.draining) == len(second.split.draining) == 2
+    assert first.split.draining | second.split.draining == {"a", "b", "c", "d"}
+    assert not first.split.draining & second.split.draining
+    processor.run_once()
+    assert rnd.ran[-1] == ["quiet"], "the main lane ran a topic a drain lane holds"
+    first.split.give_back({"a", "b", "c", "d"})
+    processor._hand_over({"e"})
+    assert "e" in first.split.draining, "a new backlog goes to the lane holding the fewest"
+
+
+def test_a_failed_drain_lane_does_not_leave_the_other_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One lane's defect ends the body: the other lane is ended too (its thread stops after
+    its round in flight and its topics go back), and the defect is what the body raises."""
+    defect = RuntimeError("a defect in a drain round")
+    broken, _ = _lane(_Rounds({"x": 10**6}, fail=defect))
+    healthy_rounds = _Rounds({"y": 10**6})
+    healthy, _ = _lane(healthy_rounds)
+    processor, rnd = _processor(broken, healthy)
+    monkeypatch.setattr(batch, "pending_topics", lambda *_args: _ready("x", "y"))
+    monkeypatch.setattr(batch, "relays_polling", lambda _db: 1)
+    rnd.finds = frozenset({"x", "y"})
+    with pytest.raises(RuntimeError, match="a defect in a drain round"):
+        processor.run_rounds("body", 30)
+    assert processor.failure is defect
+    assert _ended_by_itself(healthy), "the healthy lane's thread still runs rounds"
+    assert healthy_rounds.seen, "the healthy lane never ran"
+    assert healthy.split.draining == frozenset()
+    assert broken.split.draining == frozenset()
+
+
+def test_every_lane_token_names_its_process() -> None:
+    token = "relay-a@host:42:0123456789ab"
+    lanes = [lane_token(token, lane) for lane in range(MAX_DRAIN_LANES)]
+    assert len(set(lanes)) == MAX_DRAIN_LANES and token not in lanes
+    assert all(t.endswith(DRAIN_SUFFIX) for t in lanes)
+    assert {process_token(t) for t in [token, *lanes]} == {token}
