@@ -137,6 +137,61 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
         assert not drain_tokens and watch.side_by_side == 0
 
 
+class _LaneWatch:
+    """Samples which tokens hold the topics' locks until stopped; `together` counts the
+    samples in which two drain lanes of one process held topics at once."""
+
+    def __init__(self, url: str, topics: list[str]) -> None:
+        self.url, self.topics = url, topics
+        self.together = 0
+        self.lanes: set[str] = set()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _LaneWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._done.wait(0.01):
+            held = {token for topic, token in query(self.url, HOLDERS) if topic in self.topics}
+            lanes = {t for t in held if t.endswith(DRAIN_SUFFIX)}
+            self.lanes |= lanes
+            if len(lanes) >= 2 and len({process_token(t) for t in lanes}) == 1:
+                self.together += 1
+
+
+def test_backlogged_topics_drain_in_two_lanes_at_once_every_key_in_order(
+    stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
+) -> None:
+    """Four topics with a backlog each, every key shape: the two drain lanes (the default)
+    take them between them and run side by side, and the consumer reads every message
+    once, each key in order, with nothing left in the outbox."""
+    topics = [unique(f"lanes{i}") for i in range(4)]
+    create_topics(stack.kafka_bootstrap, dict.fromkeys(topics, 3))
+    backlog = every_key_shape(topics, 3_000)
+    written = dict(zip(insert(migrated_url, [backlog[i:i + 500]
+                                             for i in range(0, len(backlog), 500)]),
+                       backlog, strict=True))
+    config = make_config(topics, relay={"batch_size": 150, "poll_interval_s": 0.05})
+    assert config.relay.drain_lane and config.relay.drain_lanes == 2
+    with _LaneWatch(migrated_url, topics) as watch:
+        result = run_relay(config)
+    assert result.exit_code == EXIT_OK
+    assert len(watch.lanes) == 2, f"drain lanes seen: {sorted(watch.lanes)}"
+    assert watch.together > 0, "the two drain lanes never held topics at the same time"
+    got = consume(stack.kafka_bootstrap, topics, expect=len(written))
+    assert sorted(r.outbox_id for r in got) == sorted(written), "lost or duplicated"
+    inversions, spread, _ = order_report(written, got)
+    assert (inversions, spread) == (0, 0)
+    assert query(migrated_url, LEFT, (topics,))[0][0] == 0
+    assert query(migrated_url, "SELECT count(*) FROM relay_sessions")[0][0] == 0
+
+
 @pytest.mark.parametrize(("limit", "batch_bytes", "more"), [
     (4, 10_000_000, True),    # the row limit cut the claim
     (100, 10_000_000, False),  # the claim took every row
