@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
+from typing import Self
 
 import pytest
 
@@ -43,20 +44,14 @@ COPYING = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND grante
 STAGED = "SELECT count(*) FROM relay_ledger_staging"
 
 
-class _LockWatch:
-    """Samples the topics' lock holders until stopped: the moments when the big topic
-    was held by a drain lane while a busy topic was held by that lane's process."""
+class _Sampler:
+    """Calls `_sample` every 10 ms in a thread, from entering the block until leaving it."""
 
-    def __init__(self, url: str, big: str) -> None:
-        self.url, self.big = url, big
-        self.samples = 0
-        self.tokens: set[str] = set()
-        self.side_by_side = 0
-        self.copies_beside_the_drain = 0  # samples: the ledger copier held its lock
+    def __init__(self) -> None:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> _LockWatch:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -66,17 +61,36 @@ class _LockWatch:
 
     def _run(self) -> None:
         while not self._done.wait(0.01):
-            holders = dict(query(self.url, HOLDERS))
-            self.samples += 1
-            self.tokens |= set(holders.values())
-            big = holders.get(self.big)
-            if big is None or not big.endswith(DRAIN_SUFFIX):
-                continue
-            if query(self.url, COPYING, (COPY_LOCK_KEY,))[0][0]:
-                self.copies_beside_the_drain += 1
-            if any(token == process_token(big)
-                   for topic, token in holders.items() if topic != self.big):
-                self.side_by_side += 1
+            self._sample()
+
+    def _sample(self) -> None:
+        raise NotImplementedError
+
+
+class _LockWatch(_Sampler):
+    """Samples the topics' lock holders until stopped: the moments when the big topic
+    was held by a drain lane while a busy topic was held by that lane's process."""
+
+    def __init__(self, url: str, big: str) -> None:
+        super().__init__()
+        self.url, self.big = url, big
+        self.samples = 0
+        self.tokens: set[str] = set()
+        self.side_by_side = 0
+        self.copies_beside_the_drain = 0  # samples: the ledger copier held its lock
+
+    def _sample(self) -> None:
+        holders = dict(query(self.url, HOLDERS))
+        self.samples += 1
+        self.tokens |= set(holders.values())
+        big = holders.get(self.big)
+        if big is None or not big.endswith(DRAIN_SUFFIX):
+            return
+        if query(self.url, COPYING, (COPY_LOCK_KEY,))[0][0]:
+            self.copies_beside_the_drain += 1
+        if any(token == process_token(big)
+               for topic, token in holders.items() if topic != self.big):
+            self.side_by_side += 1
 
 
 @pytest.mark.parametrize("lanes", [True, False], ids=["drain-lane", "one-lane"])
@@ -137,32 +151,22 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
         assert not drain_tokens and watch.side_by_side == 0
 
 
-class _LaneWatch:
+class _LaneWatch(_Sampler):
     """Samples which tokens hold the topics' locks until stopped; `together` counts the
     samples in which two drain lanes of one process held topics at once."""
 
     def __init__(self, url: str, topics: list[str]) -> None:
+        super().__init__()
         self.url, self.topics = url, topics
         self.together = 0
         self.lanes: set[str] = set()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> _LaneWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        while not self._done.wait(0.01):
-            held = {token for topic, token in query(self.url, HOLDERS) if topic in self.topics}
-            lanes = {t for t in held if t.endswith(DRAIN_SUFFIX)}
-            self.lanes |= lanes
-            if len(lanes) >= 2 and len({process_token(t) for t in lanes}) == 1:
-                self.together += 1
+    def _sample(self) -> None:
+        held = {token for topic, token in query(self.url, HOLDERS) if topic in self.topics}
+        lanes = {t for t in held if t.endswith(DRAIN_SUFFIX)}
+        self.lanes |= lanes
+        if len(lanes) >= 2 and len({process_token(t) for t in lanes}) == 1:
+            self.together += 1
 
 
 def test_backlogged_topics_drain_in_two_lanes_at_once_every_key_in_order(
