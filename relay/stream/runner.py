@@ -27,6 +27,7 @@ from relay.stream.source import SOURCE_NAME, OutboxSource
 from relay.stream.starting import (
     START_ATTEMPTS,
     QueryStart,
+    rounds_until_first_body,
     start_timed_out,
     warm_up_in_background,
 )
@@ -122,14 +123,20 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
         processor.when_backlogged(starter.begin)
         try:
             processor.run_rounds("start-up round", 0)
+            processor.when_backlogged(None)
+            if not processor.stats.batches and not stop.requested:
+                # Nothing to send yet: the data plane warms up before the first message
+                # comes (beside a first round with work, the two only took turns on the
+                # cores).
+                warm = warm_up_in_background(processor.warm_up, lambda: stop.requested)
+                if not available_now and not starter.begun:
+                    poll = relay.config.relay.poll_interval_s
+                    rounds_until_first_body(
+                        lambda: processor.run_rounds("start-up round", poll),
+                        starter, stop, warm)
         except BaseException:
             starter.abandon()
             raise
-        processor.when_backlogged(None)
-        if not processor.stats.batches and not stop.requested:
-            # Nothing to send yet: the data plane warms up before the first message
-            # comes (beside a first round with work, the two only took turns on the cores).
-            warm_up_in_background(processor.warm_up, lambda: stop.requested)
         # A stop signal to the process group also reaches the Python worker that starting
         # the query spawns, and fails the start: that is the stop, not a failure.
         starting = True

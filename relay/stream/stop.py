@@ -30,6 +30,8 @@ class StopSignal:
     def __init__(self) -> None:
         self._event = threading.Event()
         self._batch = threading.Lock()
+        # Set while a batch body waits for the runner's rounds (relay.stream.starting).
+        self._body_waiting = threading.Event()
         self._first: float | None = None
         self._count_lock = threading.Lock()
 
@@ -76,14 +78,24 @@ class StopSignal:
         very thread that calls this body for the next micro-batch. Blocking here stalled
         every such stop for spark.sql.streaming.stopTimeout (60 s), seen on a standalone
         cluster where the next batch often reaches its body before the interrupt lands."""
-        while not self._batch.acquire(timeout=_BODY_POLL_S):
-            if self.requested:
-                yield False
-                return
+        if not self._batch.acquire(blocking=False):
+            self._body_waiting.set()
+            try:
+                while not self._batch.acquire(timeout=_BODY_POLL_S):
+                    if self.requested:
+                        yield False
+                        return
+            finally:
+                self._body_waiting.clear()
         try:
             yield not self.requested
         finally:
             self._batch.release()
+
+    @property
+    def body_waiting(self) -> bool:
+        """Whether a batch body waits to run (for rounds run outside the query)."""
+        return self._body_waiting.is_set()
 
     def wait(self, timeout: float) -> bool:
         return self._event.wait(timeout)

@@ -1,19 +1,21 @@
 """The query's start beside the first round (relay.stream.starting), on a fake query (no
 Spark): one start however often a backlog asks, its error raised in the runner's thread,
 and a failing run that stops what started; the warm-up's failure is a warning unless the
-relay is stopping."""
+relay is stopping; the rounds an idle relay runs until the query's first body waits."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import cast
 
 import pytest
 from pyspark.sql.streaming.query import StreamingQuery
 
 from relay.stream import starting
-from relay.stream.starting import QueryStart, warm_up_in_background
+from relay.stream.starting import QueryStart, rounds_until_first_body, warm_up_in_background
+from relay.stream.stop import StopSignal
 
 # Generous: a loaded machine may be slow to schedule a thread; nothing here waits it out
 # when the code is right.
@@ -23,6 +25,7 @@ JOIN_S = 10.0
 class _Query:
     def __init__(self, stop_error: Exception | None = None) -> None:
         self.stopped = 0
+        self.isActive = True
         self._stop_error = stop_error
 
     def stop(self) -> None:
@@ -183,3 +186,91 @@ def test_a_warm_up_that_succeeds_runs_once_and_warns_of_nothing(
     assert ran == ["relay-warm-up"]
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert "the data plane is warm" in [r.getMessage() for r in caplog.records]
+
+
+class _Rounds:
+    """The runner's rounds before the first body: records whether the query's start had
+    begun at each, and holds the body's turn as run_rounds does. At round `body_at` a
+    batch body arrives (a thread waiting for the turn) and ends the bridge."""
+
+    def __init__(self, stop: StopSignal, starter: QueryStart, body_at: int = 3) -> None:
+        self.stop = stop
+        self.starter = starter
+        self.body_at = body_at
+        self.begun: list[bool] = []
+        self.body: threading.Thread | None = None
+
+    def __call__(self) -> None:
+        with self.stop.batch_body():
+            self.begun.append(self.starter.begun)
+            if len(self.begun) == self.body_at:
+                self.body = threading.Thread(target=self._body)
+                self.body.start()
+                deadline = time.monotonic() + JOIN_S
+                while not self.stop.body_waiting and time.monotonic() < deadline:
+                    time.sleep(0.01)
+
+    def _body(self) -> None:
+        with self.stop.batch_body():
+            pass
+
+
+def _warm(release: threading.Event) -> threading.Thread:
+    thread = threading.Thread(target=lambda: release.wait(JOIN_S), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_rounds_wait_for_the_warm_up_then_run_until_the_first_body_waits() -> None:
+    stop = StopSignal()
+    start = _Start()
+    starter = QueryStart(start)
+    rounds = _Rounds(stop, starter)
+    warmed = threading.Event()
+    bridge = threading.Thread(
+        target=rounds_until_first_body, args=(rounds, starter, stop, _warm(warmed)))
+    bridge.start()
+    time.sleep(0.3)
+    assert rounds.begun == [] and not starter.begun, "nothing before the warm-up ends"
+    warmed.set()
+    bridge.join(JOIN_S)
+    assert not bridge.is_alive()
+    # The first round goes out alone; the query starts after it, once.
+    assert rounds.begun == [False, True, True]
+    assert starter.result() is start.started and start.calls == 1
+    assert rounds.body is not None
+    rounds.body.join(JOIN_S)
+    assert not rounds.body.is_alive(), "the body ran once the bridge gave the turn back"
+
+
+@pytest.mark.parametrize("how", ["start failed", "query ended"])
+def test_rounds_end_when_the_start_leaves_no_running_query(how: str) -> None:
+    stop = StopSignal()
+    start = _Start(error=RuntimeError("worker late")) if how == "start failed" else _Start()
+    start.query.isActive = how != "query ended"
+    starter = QueryStart(start)
+    rounds = _Rounds(stop, starter, body_at=10_000)
+    done = threading.Event()
+    done.set()
+    bridge = threading.Thread(
+        target=rounds_until_first_body, args=(rounds, starter, stop, _warm(done)))
+    bridge.start()
+    bridge.join(JOIN_S)
+    assert not bridge.is_alive(), "no body will come: the rounds end"
+    assert rounds.body is None and start.calls == 1
+
+
+def test_a_stop_during_the_warm_up_runs_no_round_and_starts_nothing() -> None:
+    stop = StopSignal()
+    start = _Start()
+    starter = QueryStart(start)
+    rounds = _Rounds(stop, starter)
+    never = threading.Event()
+    warm = _warm(never)
+    bridge = threading.Thread(target=rounds_until_first_body, args=(rounds, starter, stop, warm))
+    bridge.start()
+    stop.request("SIGTERM")
+    bridge.join(JOIN_S)
+    never.set()
+    assert not bridge.is_alive()
+    assert rounds.begun == [] and not starter.begun and start.calls == 0

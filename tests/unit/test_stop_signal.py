@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -158,3 +159,30 @@ def test_install_outside_the_main_thread_warns_instead_of_failing(
     worker.join()
     assert errors == []
     assert "not the main thread" in caplog.text
+
+
+def test_a_body_waiting_for_the_runners_rounds_is_seen_until_it_runs() -> None:
+    stop = StopSignal()
+    entered = threading.Event()
+    leave = threading.Event()
+
+    def body() -> None:
+        with stop.batch_body() as may_run:
+            assert may_run
+            entered.set()
+            assert leave.wait(10)
+
+    with stop.batch_body():  # the runner's own rounds hold the turn
+        assert not stop.body_waiting
+        thread = threading.Thread(target=body)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not stop.body_waiting and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stop.body_waiting, "a body waiting for its turn is seen"
+        assert not entered.is_set()
+    assert entered.wait(10)
+    assert not stop.body_waiting, "a body that runs waits no more"
+    leave.set()
+    thread.join(10)
+    assert not stop.body_waiting
