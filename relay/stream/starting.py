@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 
 from pyspark.sql.streaming.query import StreamingQuery
@@ -32,8 +33,11 @@ log = logging.getLogger(__name__)
 # starting on two cores: tests/faults/test_ownership.py) that wait ran out, and the relay
 # exited with nothing delivered. Nothing of the query had run, so it is started again.
 START_ATTEMPTS = 3
-# How often a start waiting for the warm-up looks at the stop flag.
+# How often a start waiting for the warm-up looks at the stop flag, and how long it waits
+# at most: a warm-up that takes longer waits on a service (its JDBC connection, the
+# broker), and the rounds, which meet the same service, go on beside it and report it.
 _WARM_WAIT_S = 0.1
+WARM_WAIT_MAX_S = 30.0
 _WORKER_LATE = re.compile(r"Python worker failed to connect back"
                           r"|Timed out while waiting for the Python worker to connect back")
 
@@ -150,7 +154,8 @@ def rounds_until_first_body(rounds: Callable[[], None], starter: QueryStart,
     warm-up go out alone: beside the start, their write took 3.0 s instead of 2.2 s.
     Available-now runs keep the query for their rounds: their end is its end.
     """
-    while warm.is_alive() and not stop.requested:
+    deadline = time.monotonic() + WARM_WAIT_MAX_S
+    while warm.is_alive() and not stop.requested and time.monotonic() < deadline:
         warm.join(_WARM_WAIT_S)
     if stop.requested:
         return

@@ -274,3 +274,23 @@ def test_a_stop_during_the_warm_up_runs_no_round_and_starts_nothing() -> None:
     never.set()
     assert not bridge.is_alive()
     assert rounds.begun == [] and not starter.begun and start.calls == 0
+
+
+def test_rounds_go_on_beside_a_warm_up_that_outlasts_its_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(starting, "WARM_WAIT_MAX_S", 0.3)
+    stop = StopSignal()
+    start = _Start()
+    starter = QueryStart(start)
+    rounds = _Rounds(stop, starter)
+    stuck = threading.Event()
+    bridge = threading.Thread(
+        target=rounds_until_first_body, args=(rounds, starter, stop, _warm(stuck)))
+    bridge.start()
+    bridge.join(JOIN_S)
+    stuck.set()
+    assert not bridge.is_alive(), "a warm-up stuck on a service does not hold the rounds"
+    assert rounds.begun == [False, True, True] and start.calls == 1
+    assert rounds.body is not None
+    rounds.body.join(JOIN_S)
