@@ -221,15 +221,22 @@ def _warm(release: threading.Event) -> threading.Thread:
     return thread
 
 
-def test_rounds_wait_for_the_warm_up_then_run_until_the_first_body_waits() -> None:
+def _bridge(start: _Start, warmed: threading.Event, body_at: int = 3
+            ) -> tuple[StopSignal, QueryStart, _Rounds, threading.Thread]:
+    """rounds_until_first_body started in a thread, its warm-up ending at `warmed`."""
     stop = StopSignal()
-    start = _Start()
     starter = QueryStart(start)
-    rounds = _Rounds(stop, starter)
-    warmed = threading.Event()
+    rounds = _Rounds(stop, starter, body_at)
     bridge = threading.Thread(
         target=rounds_until_first_body, args=(rounds, starter, stop, _warm(warmed)))
     bridge.start()
+    return stop, starter, rounds, bridge
+
+
+def test_rounds_wait_for_the_warm_up_then_run_until_the_first_body_waits() -> None:
+    start = _Start()
+    warmed = threading.Event()
+    _, starter, rounds, bridge = _bridge(start, warmed)
     time.sleep(0.3)
     assert rounds.begun == [] and not starter.begun, "nothing before the warm-up ends"
     warmed.set()
@@ -245,30 +252,20 @@ def test_rounds_wait_for_the_warm_up_then_run_until_the_first_body_waits() -> No
 
 @pytest.mark.parametrize("how", ["start failed", "query ended"])
 def test_rounds_end_when_the_start_leaves_no_running_query(how: str) -> None:
-    stop = StopSignal()
     start = _Start(error=RuntimeError("worker late")) if how == "start failed" else _Start()
     start.query.isActive = how != "query ended"
-    starter = QueryStart(start)
-    rounds = _Rounds(stop, starter, body_at=10_000)
     done = threading.Event()
     done.set()
-    bridge = threading.Thread(
-        target=rounds_until_first_body, args=(rounds, starter, stop, _warm(done)))
-    bridge.start()
+    _, _, rounds, bridge = _bridge(start, done, body_at=10_000)
     bridge.join(JOIN_S)
     assert not bridge.is_alive(), "no body will come: the rounds end"
     assert rounds.body is None and start.calls == 1
 
 
 def test_a_stop_during_the_warm_up_runs_no_round_and_starts_nothing() -> None:
-    stop = StopSignal()
     start = _Start()
-    starter = QueryStart(start)
-    rounds = _Rounds(stop, starter)
     never = threading.Event()
-    warm = _warm(never)
-    bridge = threading.Thread(target=rounds_until_first_body, args=(rounds, starter, stop, warm))
-    bridge.start()
+    stop, starter, rounds, bridge = _bridge(start, never)
     stop.request("SIGTERM")
     bridge.join(JOIN_S)
     never.set()
@@ -280,14 +277,9 @@ def test_rounds_go_on_beside_a_warm_up_that_outlasts_its_wait(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(starting, "WARM_WAIT_MAX_S", 0.3)
-    stop = StopSignal()
     start = _Start()
-    starter = QueryStart(start)
-    rounds = _Rounds(stop, starter)
     stuck = threading.Event()
-    bridge = threading.Thread(
-        target=rounds_until_first_body, args=(rounds, starter, stop, _warm(stuck)))
-    bridge.start()
+    _, _, rounds, bridge = _bridge(start, stuck)
     bridge.join(JOIN_S)
     stuck.set()
     assert not bridge.is_alive(), "a warm-up stuck on a service does not hold the rounds"
