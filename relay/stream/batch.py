@@ -31,6 +31,9 @@ from relay.stream.stop import StopSignal
 
 log = logging.getLogger(__name__)
 
+# Failures after which a batch body gives up its rounds and the next ones try again.
+_RETRIED = (DatabaseUnavailableError, UnreachableError)
+
 # One loose scan of the outbox (pending_topics) at a time in a process. When a drain
 # ends, the index entries of its last round's rows are dead but not yet marked so, and a
 # scan checks each in the heap (and marks it) once: the two lanes' scans at once each
@@ -94,22 +97,20 @@ class BatchProcessor:
 
     def run_rounds(self, label: str, seconds: float) -> None:
         """Rounds until `seconds` are up, the stop is requested, or (available-now)
-        a round finds nothing to do; always at least one round."""
+        a round finds nothing to do; always at least one round.
+
+        A failure that is not retried ends the run: it stops everything that runs
+        (StopSignal.abort) before this body lets go of its turn, so that a batch body
+        waiting for the turn (the query's first, behind the runner's start-up rounds:
+        relay.stream.starting) does not take it and run rounds for `micro_batch_s`."""
         deadline = time.monotonic() + seconds
         with self.stop.batch_body() as may_run:
             if not may_run:
                 return
             log.debug("%s: rounds start", label)
             try:
-                if seconds > 0:
-                    for lane in self._drains:
-                        lane.start(deadline, self.bound)
-                try:
-                    self._rounds(deadline)
-                finally:
-                    self._end_drains()
-                    log.debug("%s: rounds end", label)
-            except (DatabaseUnavailableError, UnreachableError) as exc:
+                self._rounds_beside_lanes(deadline, seconds)
+            except _RETRIED as exc:
                 # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
                 # Any other error fails the query, and the run's exit code says which.
                 report_failure(self._metrics, "main", f"{label} gave up", exc)
@@ -119,7 +120,21 @@ class BatchProcessor:
                 if not any(exc is lane.failure for lane in self._drains):
                     report_failure(self._metrics, "main", f"{label} failed", exc)
                 self.failure = exc
+                self.stop.abort(f"{label} failed")
                 raise
+            finally:
+                log.debug("%s: rounds end", label)
+
+    def _rounds_beside_lanes(self, deadline: float, seconds: float) -> None:
+        if seconds > 0:
+            for lane in self._drains:
+                lane.start(deadline, self.bound)
+        try:
+            self._rounds(deadline)
+        except BaseException as exc:
+            self._end_drains((time.monotonic(), exc))
+            raise
+        self._end_drains(None)
 
     def _rounds(self, deadline: float) -> None:
         rounds = 0
@@ -152,17 +167,28 @@ class BatchProcessor:
         """The topics the drain lanes hold."""
         return frozenset().union(*(lane.split.draining for lane in self._drains))
 
-    def _end_drains(self) -> None:
-        """Ends every drain lane, then raises the first lane's error: one lane's failure
-        must not leave another's thread running rounds."""
-        first: BaseException | None = None
+    def _end_drains(self, main: tuple[float, BaseException] | None) -> None:
+        """Ends every drain lane (one lane's failure must not leave another's thread
+        running rounds). When lanes failed, the first failure is the body's, so that the
+        run's exit code names it: a lane's is raised when it came before the main lane's
+        `main` (when, what), if any. One that is retried (a lost connection) decides only
+        when nothing else failed. Each lane logged its own failure; the main lane's is
+        logged here when a lane's decides."""
+        failures = [] if main is None else [main]
         for lane in self._drains:
             try:
                 lane.end()
             except BaseException as exc:
-                first = first or exc
-        if first is not None:
-            raise first
+                failures.append((lane.failed_at, exc))
+        if not failures:
+            return
+        _, first = min(failures, key=lambda f: (isinstance(f[1], _RETRIED), f[0]))
+        if main is not None and first is main[1]:
+            return
+        if main is not None:
+            report_failure(self._metrics, "main", "the main lane failed after a drain lane",
+                           main[1])
+        raise first
 
     def _pace(self, began: float, deadline: float) -> bool:
         """After a round whose claims all fell short of their limit (a trickle, not a

@@ -131,6 +131,7 @@ class DrainLane:
         self._ending = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None  # what ended the lane's thread, if not asked
+        self.failed_at = float("inf")  # when (monotonic) the lane's failure happened
 
     @property
     def busy(self) -> bool:
@@ -141,6 +142,7 @@ class DrainLane:
     def start(self, deadline: float, bound: int | None) -> None:
         self._ending.clear()
         self.failure = None
+        self.failed_at = float("inf")
         self._thread = threading.Thread(target=self._run, args=(deadline, bound),
                                         name="relay-drain-lane", daemon=True)
         self._thread.start()
@@ -180,6 +182,7 @@ class DrainLane:
             # Not retried here: the batch body's end() raises it, and the run's exit code
             # says what it was. The topics go back at once, so that the main lane neither
             # leaves them out nor idles on them until the body's deadline.
+            self.failed_at = time.monotonic()
             self.failure = exc
             self.split.give_back(self.split.draining)
             report_failure(self._metrics, "drain", "the drain lane ended", exc)

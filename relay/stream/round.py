@@ -22,6 +22,7 @@ from relay.control.claims import Claim, Claims, TopicLimits
 from relay.control.finish import finish
 from relay.control.locks import TopicLocks
 from relay.control.parking import Parking
+from relay.errors import RelayError, first_line
 from relay.observe.runtime import RuntimeMetrics
 from relay.rules.outcomes import Outcome
 from relay.rules.topic_rules import rule_for
@@ -83,6 +84,10 @@ class Round:
         """One round on `ready`; returns whether it locked any topic."""
         settings = self._settings
         self.backlogged = frozenset()
+        if failpoints.take("round_db_error"):
+            # Once the query's first batch body waits behind this round (relay.stream.starting).
+            failpoints.until(lambda: self.stop.body_waiting)
+            failpoints.raise_db_error("round_db_error", self._locks.db.execute)
         if not ready:
             return False
         with self.metrics.phase("lock"):
@@ -108,8 +113,40 @@ class Round:
         finally:
             # The heartbeat renewed up to here; finish's first statement row-locks the
             # topics still held, so nobody can take them over until it commits.
-            self._finish(locked, acknowledged, errors, beat.lost)
+            try:
+                self._finish(locked, acknowledged, errors, beat.lost)
+            except BaseException:
+                self._after_failed_finish(locked, acknowledged)
+                raise
         return True
+
+    def _after_failed_finish(self, locked: Collection[str], acknowledged: list[Claim]) -> None:
+        """The delete's transaction failed, so nothing of it committed. The locks go back at
+        once, in a transaction of their own, so that no topic waits out the lock timeout
+        after the run ends; what Kafka acknowledged stays in the outbox, is sent again, and
+        the log names it (the ledger records it when the delete of that send commits)."""
+        for claim in acknowledged:
+            log.error("topic %s: Kafka acknowledged session %s but its delete failed: %s "
+                      "stay in the outbox and will be sent again", claim.topic,
+                      claim.session_id, self._ids_of(claim))
+        try:
+            self._locks.release(locked)
+        except RelayError as exc:
+            log.warning("could not release the locks of %s after the failed delete (they "
+                        "expire after relay.lock_timeout_s): %s", sorted(locked),
+                        first_line(exc))
+
+    def _ids_of(self, claim: Claim) -> str:
+        """The ids of an acknowledged session, as ranges, or its size if the database
+        cannot say."""
+        try:
+            ids = self._claims.sent_ids(claim.session_id) if claim.session_id else []
+        except RelayError:
+            ids = []
+        if not ids:
+            return f"its {claim.rows} message(s)"
+        return "ids " + _ranges(ids)
+
 
     def _policy(self, topic: str) -> str:
         return rule_for(self._settings.topic_rules, topic).policy
@@ -197,3 +234,16 @@ class Round:
             return not jsc.sc().isStopped()
         except Exception:
             return False
+
+
+def _ranges(ids: Collection[int], most: int = 50) -> str:
+    """Sorted ids as ranges (`1-3,7,9-12`), at most `most` of them: a session can hold
+    20,000 ids, and the log names them all in a line."""
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    shown = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return shown + (f",... ({len(runs) - most} more ranges)" if len(runs) > most else "")

@@ -61,6 +61,7 @@ class RunResult:
 def start_query(relay: Relay, processor: BatchProcessor, available_now: bool,
                 bound: int | None = None) -> StreamingQuery:
     """`bound` (available-now): the highest id the drain must move, for the source too."""
+    log.info("starting the streaming query")
     spark = relay.spark
     spark.dataSource.register(OutboxSource)
     reader = spark.readStream.format(SOURCE_NAME).option(
@@ -115,7 +116,7 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
     failed = False
     stopping = starting = False
     watched = watched_pid()
-    starter = QueryStart(lambda: start_query(relay, processor, available_now, bound))
+    starter = QueryStart(lambda: start_query(relay, processor, available_now, bound), stop)
     try:
         # One round before Spark's first trigger: starting the query and its source's
         # Python worker takes seconds, and a (re)started relay should deliver first. The
@@ -134,7 +135,9 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
                     rounds_until_first_body(
                         lambda: processor.run_rounds("start-up round", poll),
                         starter, stop, warm)
-        except BaseException:
+        except BaseException as exc:
+            # Its first batch body may be waiting for its turn already: it must not run.
+            stop.abort(f"the relay's start failed: {first_line(exc)}")
             starter.abandon()
             raise
         # A stop signal to the process group also reaches the Python worker that starting
@@ -169,14 +172,17 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
             query = start_query(relay, processor, available_now, bound)
             starting = False
         log.debug("the streaming query ended")
-        failed = error is not None and not stop_side_effect(stop, stopping, processor, error)
+        # A failed body aborts the run (StopSignal.abort), so the runner may have stopped
+        # the query before Spark recorded the failure: the body's own failure counts.
+        failed = processor.failure is not None or (
+            error is not None and not stop_side_effect(stop, stopping, processor, error))
     except Exception as exc:
         if stop_side_effect(stop, stopping or (starting and stop.requested), processor, exc):
             log.warning("the stop interrupted Spark outside a batch body (nothing was in "
                         "flight; a checkpoint entry cut short is redone on restart): %s",
                         first_line(exc)[:300])
         else:
-            log.error("the streaming query failed: %s", exc)
+            log.error("the run failed: %s", first_line(exc))
             failed = True
     finally:
         flusher.stop(copy_now=not stop.requested)

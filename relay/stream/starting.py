@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from pyspark.sql.streaming.query import StreamingQuery
 
+from relay import failpoints
 from relay.errors import first_line
 from relay.stream.stop import StopSignal
 
@@ -53,10 +54,13 @@ def start_timed_out(error: BaseException, query: StreamingQuery,
 
 
 class QueryStart:
-    """Starts the query once, in a thread; `result` waits for it and raises its error."""
+    """Starts the query once, in a thread; `result` waits for it and raises its error.
+    Never after a stop: a query started then would only be stopped again, and a signal
+    to the process group can reach its source's Python worker while it starts."""
 
-    def __init__(self, start: Callable[[], StreamingQuery]) -> None:
+    def __init__(self, start: Callable[[], StreamingQuery], stop: StopSignal) -> None:
         self._start = start
+        self._stop = stop
         self._guard = threading.Lock()
         self._thread: threading.Thread | None = None
         self._query: StreamingQuery | None = None
@@ -68,9 +72,10 @@ class QueryStart:
             return self._thread is not None
 
     def begin(self) -> None:
-        """Starts the query in the background; a second call does nothing."""
+        """Starts the query in the background; a second call, or one after a stop, does
+        nothing."""
         with self._guard:
-            if self._thread is not None:
+            if self._thread is not None or self._stop.requested:
                 return
             self._thread = threading.Thread(target=self._run, name="relay-query-start",
                                             daemon=True)
@@ -108,15 +113,18 @@ class QueryStart:
             return True
 
     def abandon(self) -> None:
-        """For a run that fails before it uses the query: waits for the start, and stops
-        the query if it started."""
+        """For a run that fails before it uses the query (the stop flag is set already,
+        StopSignal.abort): waits for the start, and stops the query if it started, between
+        two batches as every stop does (a body that waits for its turn sees the flag and
+        returns, so the stop takes no longer than Spark's own)."""
         try:
             query = self.result()
         except BaseException:
             return  # the run's own error is what it reports
         if query is not None:
             try:
-                query.stop()
+                with self._stop.between_batches():
+                    query.stop()
             except Exception as exc:
                 log.warning("could not stop the streaming query: %s", first_line(exc))
 
@@ -159,7 +167,14 @@ def rounds_until_first_body(rounds: Callable[[], None], starter: QueryStart,
         warm.join(_WARM_WAIT_S)
     if stop.requested:
         return
+    failpoints.hold("first_bridge_round")
     rounds()
+    if stop.requested:
+        return
     starter.begin()
+    n = 1
     while not (stop.requested or stop.body_waiting or starter.gone()):
+        n += 1
+        if n == 2 and failpoints.armed("second_bridge_round_db_error"):
+            failpoints.trip("round_db_error")
         rounds()

@@ -52,6 +52,14 @@ class StopSignal:
         log.warning("stop requested (%s): finishing the batch in flight", why)
         self._event.set()
 
+    def abort(self, why: str) -> None:
+        """After a failure that ends the run: every batch body and lane stops as for a stop
+        request, but no signal was received, so a user's signal after this one is still a
+        first one (a graceful stop, not an exit at once)."""
+        if not self._event.is_set():
+            log.warning("stopping everything that runs: %s", why)
+        self._event.set()
+
     def install(self) -> None:
         try:
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -9,6 +9,7 @@ whatever left the outbox must be in Kafka (a consumer reads it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -32,12 +33,13 @@ pytestmark = pytest.mark.integration
 
 SOURCE_POLLS = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                 "AND application_name = 'outbox-relay-source'")
-# A real database error in the round's delete: the server refuses the statement.
+# A real database error in the round's delete: the server refuses it (for each row: the
+# claim, which deletes no row, passes; the delete of what Kafka acknowledged fails).
 REFUSE_DELETES = """
 CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS
 $$ BEGIN RAISE EXCEPTION 'deletes refused by the test'; END $$;
 CREATE TRIGGER refuse BEFORE DELETE ON kafka_messages
-FOR EACH STATEMENT EXECUTE FUNCTION refuse();
+FOR EACH ROW EXECUTE FUNCTION refuse();
 """
 
 
@@ -59,7 +61,7 @@ def failure(request: pytest.FixtureRequest, migrated_url: str,
 
 def test_a_failed_body_exits_with_its_causes_code(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
-    failure: ExitCode,
+    failure: ExitCode, caplog: pytest.LogCaptureFixture,
 ) -> None:
     topic = unique("body-exit")
     create_topics(stack.kafka_bootstrap, {topic: 2})
@@ -79,3 +81,12 @@ def test_a_failed_body_exits_with_its_causes_code(
     gone = ids - left
     got = {r.outbox_id for r in consume(stack.kafka_bootstrap, [topic], expect=len(gone))}
     assert gone <= got, "deleted but not in Kafka"
+    # The failed delete gave the lock back at once: no topic waits out the lock timeout.
+    assert query(migrated_url, "SELECT topic FROM kafka_topic_info WHERE locked_by IS NOT NULL"
+                 ) == []
+    if failure == ExitCode.DATABASE_ERROR:
+        # What Kafka acknowledged stays and goes again: the log names those ids.
+        again = [r.getMessage() for r in caplog.records if "will be sent again" in r.getMessage()]
+        assert again, "the log does not name what will be sent again"
+        named = {int(i) for line in again for i in re.findall(r"\b(\d+)\b", line.split("ids")[-1])}
+        assert named & left, again

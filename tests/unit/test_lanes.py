@@ -345,3 +345,58 @@ def test_every_lane_token_names_its_process() -> None:
     assert len(set(lanes)) == MAX_DRAIN_LANES and token not in lanes
     assert all(t.endswith(DRAIN_SUFFIX) for t in lanes)
     assert {process_token(t) for t in [token, *lanes]} == {token}
+
+
+class _FailsAfterTheLane(_Round):
+    """The main lane's second round fails with `error` while a drain round is in flight;
+    that drain round is released, to fail too, a moment after."""
+
+    def __init__(self, error: BaseException, drain: _Rounds) -> None:
+        super().__init__()
+        self._error = error
+        self._drain = drain
+
+    def run(self, ready: list[str]) -> bool:
+        if not self.ran:
+            return super().run(ready)
+        self.ran.append(list(ready))
+        assert self._drain.in_round.wait(10), "the drain lane never ran"
+        threading.Timer(0.2, self._drain.release.set).start()
+        raise self._error
+
+
+@pytest.mark.parametrize("first", ["main", "drain"])
+def test_the_first_lane_to_fail_decides_what_the_body_raises(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, first: str,
+) -> None:
+    """Both lanes fail in one body: the error that came first is the body's (so the run's
+    exit code names it), and the other one is logged, not lost."""
+    defect = RuntimeError("a defect in a drain round")
+    refused = DatabaseError("PostgreSQL refused the main lane's statement")
+    drain_rounds = _Rounds({"x": 10**6}, fail=defect)
+    drain, _ = _lane(drain_rounds)
+    processor, rnd = _processor(drain)
+    if first == "main":
+        drain_rounds.release.clear()  # the drain round fails only after the main lane
+        failing = _FailsAfterTheLane(refused, drain_rounds)
+        failing.finds = frozenset({"x"})
+        processor._round = cast(Round, failing)
+    else:
+        rnd.finds = frozenset({"x"})
+    monkeypatch.setattr(batch, "pending_topics", lambda *_args: _ready("x", "y"))
+    monkeypatch.setattr(batch, "relays_polling", lambda _db: 1)
+    if first == "drain":
+        # The main lane's next round waits for the drain lane's failure, then fails too.
+        def fail_after_drain(ready: list[str]) -> bool:
+            if not rnd.ran:
+                return _Round.run(rnd, ready)
+            _until(lambda: drain.failure is not None)
+            raise refused
+
+        monkeypatch.setattr(rnd, "run", fail_after_drain)
+    expected = refused if first == "main" else defect
+    with caplog.at_level(logging.ERROR), pytest.raises(type(expected)) as raised:
+        processor.run_rounds("body", 30)
+    assert raised.value is expected and processor.failure is expected
+    other = defect if first == "main" else refused
+    assert str(other) in caplog.text, "the other lane's failure was not logged"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import cast
 
 import pytest
@@ -61,7 +62,7 @@ class _Start:
 
 def test_a_second_begin_does_not_start_the_query_again() -> None:
     start = _Start()
-    starter = QueryStart(start)
+    starter = QueryStart(start, StopSignal())
     start.release.clear()  # the first start is still running when the second backlog asks
     starter.begin()
     starter.begin()
@@ -74,7 +75,7 @@ def test_a_second_begin_does_not_start_the_query_again() -> None:
 
 def test_the_query_starts_in_a_thread_of_its_own_and_result_returns_it() -> None:
     start = _Start()
-    starter = QueryStart(start)
+    starter = QueryStart(start, StopSignal())
     starter.begin()
     query = starter.result()
     assert query is start.started
@@ -87,7 +88,7 @@ def test_the_query_starts_in_a_thread_of_its_own_and_result_returns_it() -> None
 
 def test_result_is_none_and_nothing_starts_when_never_begun() -> None:
     start = _Start()
-    starter = QueryStart(start)
+    starter = QueryStart(start, StopSignal())
     assert not starter.begun
     assert starter.result() is None
     assert start.calls == 0
@@ -98,7 +99,7 @@ def test_result_is_none_and_nothing_starts_when_never_begun() -> None:
 def test_the_start_s_error_is_raised_by_result_in_the_caller_s_thread(
     error: BaseException,
 ) -> None:
-    starter = QueryStart(_Start(error=error))
+    starter = QueryStart(_Start(error=error), StopSignal())
     starter.begin()
     with pytest.raises(type(error)) as raised:
         starter.result()
@@ -109,7 +110,7 @@ def test_the_start_s_error_is_raised_by_result_in_the_caller_s_thread(
 
 def test_abandon_stops_a_query_that_started() -> None:
     start = _Start()
-    starter = QueryStart(start)
+    starter = QueryStart(start, StopSignal())
     start.release.clear()
     starter.begin()
     # The run failed while the start was still under way: abandon waits for it.
@@ -122,7 +123,7 @@ def test_abandon_stops_a_query_that_started() -> None:
 
 def test_abandon_swallows_the_start_s_error() -> None:
     start = _Start(error=RuntimeError("start failed"))
-    starter = QueryStart(start)
+    starter = QueryStart(start, StopSignal())
     starter.begin()
     starter.abandon()  # the run's own error is the one to report: nothing raised here
     assert start.query.stopped == 0
@@ -130,14 +131,14 @@ def test_abandon_swallows_the_start_s_error() -> None:
 
 def test_abandon_of_a_start_never_begun_does_nothing() -> None:
     start = _Start()
-    QueryStart(start).abandon()
+    QueryStart(start, StopSignal()).abandon()
     assert start.calls == 0
     assert start.query.stopped == 0
 
 
 def test_abandon_logs_a_query_that_would_not_stop(caplog: pytest.LogCaptureFixture) -> None:
     start = _Start(_Query(stop_error=RuntimeError("py4j gone\nstack")))
-    starter = QueryStart(start)
+    starter = QueryStart(start, StopSignal())
     starter.begin()
     with caplog.at_level(logging.WARNING, logger=starting.__name__):
         starter.abandon()
@@ -193,16 +194,20 @@ class _Rounds:
     begun at each, and holds the body's turn as run_rounds does. At round `body_at` a
     batch body arrives (a thread waiting for the turn) and ends the bridge."""
 
-    def __init__(self, stop: StopSignal, starter: QueryStart, body_at: int = 3) -> None:
+    def __init__(self, stop: StopSignal, starter: QueryStart, body_at: int = 3,
+                 during_first: Callable[[StopSignal], None] | None = None) -> None:
         self.stop = stop
         self.starter = starter
         self.body_at = body_at
+        self.during_first = during_first  # called inside the first round
         self.begun: list[bool] = []
         self.body: threading.Thread | None = None
 
     def __call__(self) -> None:
         with self.stop.batch_body():
             self.begun.append(self.starter.begun)
+            if len(self.begun) == 1 and self.during_first is not None:
+                self.during_first(self.stop)
             if len(self.begun) == self.body_at:
                 self.body = threading.Thread(target=self._body)
                 self.body.start()
@@ -221,12 +226,13 @@ def _warm(release: threading.Event) -> threading.Thread:
     return thread
 
 
-def _bridge(start: _Start, warmed: threading.Event, body_at: int = 3
+def _bridge(start: _Start, warmed: threading.Event, body_at: int = 3,
+            during_first: Callable[[StopSignal], None] | None = None,
             ) -> tuple[StopSignal, QueryStart, _Rounds, threading.Thread]:
     """rounds_until_first_body started in a thread, its warm-up ending at `warmed`."""
     stop = StopSignal()
-    starter = QueryStart(start)
-    rounds = _Rounds(stop, starter, body_at)
+    starter = QueryStart(start, stop)
+    rounds = _Rounds(stop, starter, body_at, during_first)
     bridge = threading.Thread(
         target=rounds_until_first_body, args=(rounds, starter, stop, _warm(warmed)))
     bridge.start()
@@ -286,3 +292,50 @@ def test_rounds_go_on_beside_a_warm_up_that_outlasts_its_wait(
     assert rounds.begun == [False, True, True] and start.calls == 1
     assert rounds.body is not None
     rounds.body.join(JOIN_S)
+
+
+def test_no_query_starts_after_a_stop() -> None:
+    start = _Start()
+    stop = StopSignal()
+    starter = QueryStart(start, stop)
+    stop.request("SIGTERM")
+    starter.begin()
+    assert not starter.begun and starter.result() is None and start.calls == 0
+
+
+def test_a_stop_during_the_first_bridge_round_starts_no_query() -> None:
+    start = _Start()
+    warmed = threading.Event()
+    warmed.set()
+    _, starter, rounds, bridge = _bridge(
+        start, warmed, body_at=10_000, during_first=lambda stop: stop.request("SIGTERM"))
+    bridge.join(JOIN_S)
+    assert not bridge.is_alive()
+    assert rounds.begun == [False], "a round ran after the stop"
+    assert start.calls == 0 and not starter.begun
+
+
+def test_abandon_stops_the_query_between_batches_so_a_waiting_body_does_not_run() -> None:
+    """A run whose start failed aborts (StopSignal.abort): a body that waits for its turn
+    returns without running, and the query is stopped only while no body runs."""
+    start = _Start()
+    stop = StopSignal()
+    starter = QueryStart(start, stop)
+    starter.begin()
+    ran: list[bool] = []
+
+    def body() -> None:
+        with stop.batch_body() as may_run:
+            ran.append(may_run)
+
+    with stop.batch_body():  # the failing start-up round holds the turn
+        waiting = threading.Thread(target=body)
+        waiting.start()
+        deadline = time.monotonic() + JOIN_S
+        while not stop.body_waiting and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stop.abort("the relay's start failed")
+    starter.abandon()
+    waiting.join(JOIN_S)
+    assert ran == [False], "the waiting body ran rounds after the failure"
+    assert start.query.stopped == 1
