@@ -18,6 +18,7 @@ from relay.control.kafka_admin import KafkaAdmin
 from relay.control.migrate import require_current
 from relay.errors import ConfigError, exit_code_of, logged_exit_code
 from relay.exit_codes import ExitCode
+from relay.launch.launcher import announce_ready
 from relay.launch.spark_extra import require_spark_extra
 from relay.launch.spark_jars import (
     cached_jars,
@@ -26,7 +27,7 @@ from relay.launch.spark_jars import (
     own_spark_conf_dir,
 )
 from relay.observe.logs import LOG_FORMATS, configure_logging
-from relay.stream.stop import StopSignal
+from relay.stream.stop import StopSignal, forward_submitting_jvm_signals
 
 if TYPE_CHECKING:
     # Not at run time: it imports pyspark, which require_spark_extra looks for first.
@@ -160,12 +161,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level, args.log_format)
     stop = StopSignal()
     stop.install()
+    # What a stop before the first round ends the run with: nothing was drained.
+    stopped = ExitCode.INTERRUPTED if args.available_now else ExitCode.OK
     try:
         require_spark_extra()
+        forward_submitting_jvm_signals(stop)
+        announce_ready()
+        log.debug("start-up: stop signals are taken")
         config = load_config(args.config)
         relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now)
         if relaunched is not None:
             return relaunched
+        if stop.requested:
+            return stopped
         preflight(config)
         log.debug("start-up: the services answer")
         progress = _progress_stream(args)
@@ -183,9 +191,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         # job and raises KeyboardInterrupt: a SIGINT must stop gracefully, like SIGTERM.
         stop.install()
         try:
+            if stop.requested:
+                return stopped
             result = run(relay, args.available_now, stop, progress)
         finally:
             relay.close()
+    except KeyboardInterrupt:
+        # pyspark's SIGINT handler, in the moment before ours took over again: a stop
+        # before the first round.
+        log.warning("stop requested (SIGINT while Spark started)")
+        return stopped
     except Exception as exc:
         if args.log_format == "json":
             return logged_exit_code(exc, log)

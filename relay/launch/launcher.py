@@ -6,17 +6,25 @@ brings them (`outbox-relay jars --install`, see relay.launch.spark_jars) and thi
 When it does, the second spark-submit gets this one's whole configuration (its master,
 its --conf, its py-files) plus the jars, and the same application and arguments.
 Supervisors (Kubernetes, Docker, supervisord) signal only the pid they started, this
-spark-submit's: its JVM passes TERM and INT through py4j to this launcher, which forwards
-them to the second one, and this spark-submit exits with that one's code.
+spark-submit's: its JVM passes TERM and INT through py4j to this launcher, which passes
+them on to the second one, and this spark-submit exits with that one's code.
+
+The second one runs in a process group of its own, and gets a stop only once its Python
+driver can take it (it says so by a file, READY_ENV): a TERM that reached its JVM while
+that JVM was still starting killed it, and the launch exited 143, which is no exit code
+of the relay's. A stop that comes before is kept and passed on then; a second one
+before it exits at once, as a second signal always does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -28,9 +36,22 @@ from relay.exit_codes import ExitCode
 log = logging.getLogger(__name__)
 
 GATEWAY_ENV = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")
+# The file a driver started by this launcher creates once its stop handlers are in place.
+READY_ENV = "RELAY_READY_FILE"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # How long the JVM's copy of a signal waits for the launcher's own copy of the same signal.
 _SAME_SIGNAL_S = 0.5
+# Copies of one stop arrive within this much of each other (relay.stream.stop's window).
+_ECHO_WINDOW_S = 1.0
+_READY_POLL_S = 0.05
+
+
+def announce_ready() -> None:
+    """For a driver this launcher started: its stop handlers are in place, so the
+    launcher may pass a stop on now."""
+    path = os.environ.get(READY_ENV)
+    if path:
+        Path(path).touch()
 
 
 class Launcher:
@@ -38,19 +59,21 @@ class Launcher:
         self._jvm = jvm
         self._gateway = gateway
         self._child: subprocess.Popen[bytes] | None = None
+        self._ready = False  # the driver's handlers are in place
         self._direct: dict[int, float] = {}
-        self._pending: int | None = None  # came before the driver was started
+        self._pending: int | None = None  # came before the driver could take it
+        self._pending_at = float("-inf")
+        self._at_once = False  # a second stop came before the driver could take the first
         # Taken by the signal handler, which runs on the main thread, possibly while the
         # main thread holds it: reentrant, or the handler would deadlock.
         self._lock = threading.RLock()
 
     def run(self, argv: list[str], kept: Callable[[], bool] = lambda: False,
             stopped_code: int = ExitCode.OK) -> int:
-        """Start `argv` (the driver), forward stop signals to it, return its exit code.
+        """Start `argv` (the driver), pass stop signals on to it, return its exit code.
 
         A stop that came before the driver started ends the launch instead, with
-        `stopped_code`: starting a driver only to stop it costs a JVM's start, and a
-        signal sent to it before its own handler is in place would kill it outright.
+        `stopped_code`: starting a driver only to stop it costs a JVM's start.
         `kept` says whether a stop came before this launcher took the signals over.
         """
         for sig in STOP_SIGNALS:
@@ -59,28 +82,44 @@ class Launcher:
         env = {k: v for k, v in os.environ.items() if k not in GATEWAY_ENV}
         # The driver stops itself when spark-submit's JVM is gone (even after a SIGKILL).
         env["RELAY_WATCH_PID"] = str(os.getppid())
-        with self._lock:
-            # Checked after our handlers took over, so no signal falls between the two.
-            if self._pending is not None or kept():
-                log.warning("stop requested before the driver started: not starting it")
-                return stopped_code
-            self._child = subprocess.Popen(argv, env=env)
-            # A signal that came while it was being started: the driver may not have had
-            # its own copy. A copy it had too falls within its echo window (relay.stream.stop).
-            pending, self._pending = self._pending, None
-        if pending is not None:
-            os.kill(self._child.pid, pending)
-        code = self._child.wait()
+        with tempfile.TemporaryDirectory(prefix="outbox-relay-launch-") as tmp:
+            ready = Path(tmp) / "ready"
+            env[READY_ENV] = str(ready)
+            with self._lock:
+                # Checked after our handlers took over, so no signal falls between the two.
+                if self._pending is not None or kept():
+                    log.warning("stop requested before the driver started: not starting it")
+                    return stopped_code
+                # A group of its own, so that no signal to this launcher's group reaches
+                # the driver before it can take one: this launcher passes each on.
+                self._child = subprocess.Popen(argv, env=env, process_group=0)
+            waiter = threading.Thread(target=self._pass_on_when_ready, args=(ready,),
+                                      name="relay-launch-ready", daemon=True)
+            waiter.start()
+            code = self._child.wait()
+            waiter.join()
+        if self._at_once:
+            return ExitCode.AT_ONCE
         # Killed by signal N: report 128 + N, as a shell does.
         return code if code >= 0 else 128 - code
 
+    def _pass_on_when_ready(self, ready: Path) -> None:
+        """Waits for the driver's handlers, then passes on a stop that came before."""
+        child = self._child
+        assert child is not None
+        while child.poll() is None and not ready.exists():
+            time.sleep(_READY_POLL_S)
+        with self._lock:
+            self._ready = True
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self._kill(pending)
+
     def _on_direct_signal(self, signum: int, frame: Any) -> None:
-        # A signal to the whole process group: the driver received its own copy, unless
-        # there is no driver yet.
+        # A signal to this launcher's process group (the driver has a group of its own).
         with self._lock:
             self._direct[signum] = time.monotonic()
-            if self._child is None:
-                self._pending = signum
+        self._pass_on(signum)
 
     def _install_jvm_handlers(self) -> None:
         from pyspark.java_gateway import ensure_callback_server_started
@@ -92,11 +131,8 @@ class Launcher:
             self._jvm.sun.misc.Signal.handle(self._jvm.sun.misc.Signal(name), forwarder)
 
     def forward(self, signum: int) -> None:
-        """A signal that reached spark-submit's JVM: forward it unless the driver had it.
-
-        A group signal reaches the JVM, this launcher and the driver alike; forwarding it
-        too would give the driver a late copy that it would take for a second signal.
-        """
+        """A signal that reached spark-submit's JVM: passed on unless it is the JVM's copy
+        of a signal to the group, which this launcher received as well."""
         arrived = time.monotonic()
         deadline = arrived + _SAME_SIGNAL_S
         while time.monotonic() < deadline:
@@ -104,14 +140,31 @@ class Launcher:
                 if self._direct.get(signum, float("-inf")) >= arrived - 1.0:
                     return
             time.sleep(0.05)
+        self._pass_on(signum)
+
+    def _pass_on(self, signum: int) -> None:
+        """To the driver if it can take it; else kept for it. A second stop (past the echo
+        window) kept meanwhile ends the driver at once."""
+        now = time.monotonic()
         with self._lock:
-            child = self._child
-            if child is None:
-                self._pending = signum
+            if not self._ready:
+                if self._pending is None:
+                    self._pending, self._pending_at = signum, now
+                elif now - self._pending_at > _ECHO_WINDOW_S and self._child is not None:
+                    self._at_once = True
+                    log.error("second stop signal before the driver could take the first: "
+                              "ending it at once")
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self._child.pid, signal.SIGKILL)
                 return
-        if child.poll() is None:
-            log.info("forwarding %s from spark-submit to the driver", signal.Signals(signum).name)
-            os.kill(child.pid, signum)
+        self._kill(signum)
+
+    def _kill(self, signum: int) -> None:
+        child = self._child
+        if child is not None and child.poll() is None:
+            log.info("passing %s on to the driver", signal.Signals(signum).name)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signum)
 
 
 class _JvmToChild:
@@ -125,8 +178,6 @@ class _JvmToChild:
 
     class Java:
         implements = ["sun.misc.SignalHandler"]
-
-
 def resubmit_argv(conf: list[tuple[str, str]], jars: list[str], properties: Path) -> list[str]:
     """A spark-submit of this same application with `conf` plus `jars` in `spark.jars`.
 

@@ -125,10 +125,27 @@ class JvmSignalForwarder:
 
 
 def forward_jvm_signals(spark: Any, stop: StopSignal) -> None:
+    _forward(spark.sparkContext._gateway, spark.sparkContext._jvm, stop)
+
+
+def forward_submitting_jvm_signals(stop: StopSignal) -> None:
+    """Under spark-submit its JVM runs before this Python does, and a supervisor signals
+    its pid: TERM and INT reaching it stop the relay from the first second on. Until
+    this runs, that JVM's own handler ends spark-submit with 143."""
+    from relay.launch.spark import under_spark_submit
+
+    if not under_spark_submit():
+        return
+    from pyspark import SparkContext
+
+    SparkContext._ensure_initialized()
+    _forward(SparkContext._gateway, SparkContext._jvm, stop)
+
+
+def _forward(gateway: Any, jvm: Any, stop: StopSignal) -> None:
     from pyspark.java_gateway import ensure_callback_server_started
 
-    ensure_callback_server_started(spark.sparkContext._gateway)
-    jvm = spark.sparkContext._jvm
+    ensure_callback_server_started(gateway)
     forwarder = JvmSignalForwarder(stop)
     for name in ("TERM", "INT"):
         try:

@@ -1,5 +1,5 @@
-"""The launcher forwards a signal that only spark-submit's JVM received, and never a copy
-of a group signal that the driver received itself (it would count as a second signal)."""
+"""The launcher passes a stop signal on to the driver once the driver can take it, and
+never twice (a group signal's copy from the JVM would count as a second signal)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,10 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 
 
 def _launcher() -> Launcher:
+    """A launcher whose driver started and said its handlers are in place."""
     launcher = Launcher(jvm=None, gateway=None)
     launcher._child = FakeChild()  # type: ignore[assignment]
+    launcher._ready = True
     return launcher
 
 
@@ -47,12 +49,14 @@ def test_a_signal_to_spark_submit_alone_is_forwarded(sent: list[tuple[int, int]]
 
 
 def test_the_jvm_copy_of_a_group_signal_is_not_forwarded(sent: list[tuple[int, int]]) -> None:
+    """The driver has a process group of its own: the launcher passes the group's signal
+    on itself, once, and not the JVM's copy of it too (a second signal)."""
     launcher = _launcher()
     launcher._on_direct_signal(signal.SIGINT, None)
     launcher.forward(signal.SIGINT)
-    assert sent == []
+    assert sent == [(4242, signal.SIGINT)]
     launcher.forward(signal.SIGTERM)  # another signal is not that copy
-    assert sent == [(4242, signal.SIGTERM)]
+    assert sent == [(4242, signal.SIGINT), (4242, signal.SIGTERM)]
 
 
 def test_a_signal_before_the_driver_started_is_kept(sent: list[tuple[int, int]]) -> None:
@@ -61,14 +65,17 @@ def test_a_signal_before_the_driver_started_is_kept(sent: list[tuple[int, int]])
     assert sent == [] and launcher._pending == signal.SIGTERM
 
 
-# A stand-in driver: takes TERM as its stop, leaves a file when it started (and, given a
-# FIFO, says there that its handler is in place), then exits 3 when stopped, 0 when no stop
-# came within its bound (a lost signal).
+# A stand-in driver: leaves a file when it started, takes TERM as its stop after a delay
+# (a JVM's start, during which TERM kills it), says so as a driver does (announce_ready,
+# and, given a FIFO, there too), then exits 3 when stopped, 0 when no stop came within its
+# bound (a lost signal).
 _DRIVER = """
-import pathlib, signal, sys, threading
+import os, pathlib, signal, sys, threading, time
+pathlib.Path(sys.argv[1]).write_text("started")
+time.sleep(float(sys.argv[4]) if len(sys.argv) > 4 else 0.0)
 stopped = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-pathlib.Path(sys.argv[1]).write_text("started")
+pathlib.Path(os.environ["RELAY_READY_FILE"]).touch()
 if sys.argv[2] != "-":
     pathlib.Path(sys.argv[2]).write_text("ready")
 sys.exit(3 if stopped.wait(float(sys.argv[3])) else 0)
@@ -149,3 +156,47 @@ def test_a_signal_after_the_driver_started_is_delivered(
     code = launcher.run(argv)
     thread.join()
     assert code == 3  # the driver's own stop, not its 10 s bound
+
+
+def test_a_stop_while_the_driver_starts_waits_for_its_handlers(
+        driver: tuple[list[str], Path]) -> None:
+    """TERM to spark-submit just after the driver started, while its JVM still starts (here:
+    1 s before its handler is in place): passed on then, it killed the driver (143). It
+    is passed on once the driver says it is ready, and the driver stops as it should."""
+    argv, started = driver
+    argv.append("1.0")
+    launcher = _NoJvmLauncher()
+
+    def stop_once_started() -> None:
+        while not started.exists():
+            time.sleep(0.01)
+        launcher.forward(signal.SIGTERM)
+
+    thread = threading.Thread(target=stop_once_started, daemon=True)
+    thread.start()
+    code = launcher.run(argv)
+    thread.join()
+    assert code == 3, "the driver's own stop, not a death by the signal (143)"
+
+
+def test_a_second_stop_before_the_driver_is_ready_ends_it_at_once(
+        driver: tuple[list[str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher_module, "_ECHO_WINDOW_S", 0.1)
+    argv, started = driver
+    argv.append("30")  # never ready within the test
+    launcher = _NoJvmLauncher()
+
+    def stop_twice() -> None:
+        while not started.exists():
+            time.sleep(0.01)
+        launcher.forward(signal.SIGTERM)
+        time.sleep(0.3)
+        launcher.forward(signal.SIGTERM)
+
+    thread = threading.Thread(target=stop_twice, daemon=True)
+    began = time.monotonic()
+    thread.start()
+    code = launcher.run(argv)
+    thread.join()
+    assert code == ExitCode.AT_ONCE
+    assert time.monotonic() - began < 10
