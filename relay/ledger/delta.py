@@ -22,8 +22,8 @@ from relay.control.db import Database
 from relay.data.read import jdbc_options
 from relay.errors import DatabaseUnavailableError, RelayError
 from relay.ledger import staging
-from relay.ledger.delta_read import is_local
-from relay.ledger.delta_rs import DeltaRsUnsupported, DeltaRsWriter
+from relay.ledger.delta_read import is_local, on_databricks_mount
+from relay.ledger.delta_rs import DeltaRsCannotWrite, DeltaRsWriter
 from relay.ledger.lookup import LedgerRecord, lookup
 from relay.ledger.rows import (
     SessionRecord,
@@ -51,7 +51,8 @@ class Ledger:
         writer = config.ledger.writer
         self._auto = writer == "auto"
         self._rs: DeltaRsWriter | None = None
-        if writer == "delta-rs" or (self._auto and is_local(self.path)):
+        if writer == "delta-rs" or (self._auto and is_local(self.path)
+                                    and not on_databricks_mount(self.path)):
             self._rs = DeltaRsWriter(self.path, db, lambda: self.origin)
 
     @property
@@ -162,11 +163,14 @@ class Ledger:
             try:
                 self._rs.write(copy_batch)
                 return
-            except DeltaRsUnsupported as exc:
+            except DeltaRsCannotWrite as exc:
                 if not self._auto:
                     raise
-                # A table delta-spark gave features delta-rs cannot write: Spark from now on.
-                log.warning("ledger: %s; Spark writes the copies from now on", exc)
+                # A path or table delta-rs cannot write, and trying again would not change
+                # it (a mount that refuses its commit, a feature it lacks: relay.ledger.
+                # delta_rs says which failures are transient): left to delta-rs, every copy
+                # would fail and staging would grow. Spark writes this batch and the next.
+                log.warning("%s; Delta's Spark writer copies the ledger from now on", exc)
                 self._rs = None
         (
             self._staged(copy_batch)
