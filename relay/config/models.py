@@ -139,7 +139,9 @@ class LedgerConfig(StrictModel):
     retention_hours: int = Field(24 * 30, ge=168)
     # Who writes the copies: delta-rs in the driver's Python process (no JVM work beside
     # the rounds; relay.ledger.delta_rs), or Delta's Spark writer. `auto`: delta-rs for a
-    # local path, Spark for object storage and dbfs:/ (Databricks).
+    # local path, Spark for object storage and Databricks' paths (dbfs:/, and the FUSE
+    # mounts /Volumes and /dbfs, where delta-rs cannot commit), and Spark from the first
+    # delta-rs failure that is not transient on (relay.ledger.delta_rs.transient).
     writer: Literal["auto", "spark", "delta-rs"] = "auto"
 
 

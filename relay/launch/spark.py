@@ -51,7 +51,10 @@ def base_conf(config: Config) -> dict[str, str]:
         # entry's temporary file; with this check on, every later start then failed
         # (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY) until an operator deleted the
         # checkpoint. The relay's offsets mean nothing (the outbox is the truth), and
-        # a checkpoint that holds a batch is resumed without this check anyway.
+        # a checkpoint that holds a batch is resumed without this check anyway. It is the
+        # session's, not the query's: Spark reads it in the query's own thread after
+        # start() returned (tests/spark/test_checkpoint_check.py), so no setting around
+        # start() scopes it; docs/databricks.md says what that means for a shared session.
         "spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart": "false",
         # Small ledger tables: the default 50 snapshot partitions cost 50 tasks per read.
         "spark.databricks.delta.snapshotPartitions": "2",

@@ -10,6 +10,7 @@ only while this copier still holds the copy lock on the backend that took it.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from contextlib import suppress
 
@@ -22,9 +23,10 @@ from relay.control.db import Database
 from relay.data.read import jdbc_options
 from relay.errors import DatabaseUnavailableError, RelayError
 from relay.ledger import staging
-from relay.ledger.delta_read import is_local
-from relay.ledger.delta_rs import DeltaRsUnsupported, DeltaRsWriter
+from relay.ledger.delta_read import is_local, on_databricks_mount
+from relay.ledger.delta_rs import DeltaRsCannotWrite, DeltaRsWriter
 from relay.ledger.lookup import LedgerRecord, lookup
+from relay.ledger.pause import pause, release
 from relay.ledger.rows import (
     SessionRecord,
     explode_staging,
@@ -39,7 +41,8 @@ STAGING_TABLE = "relay_ledger_staging"
 LEDGER_POOL = "relay-ledger"
 # The Spark job group of every job of a copy: what a stop cancels (Ledger.cancel_copy).
 COPY_JOB_GROUP = "outbox-relay-ledger"
-AUTO_COMPACT = "spark.databricks.delta.autoCompact.enabled"
+
+
 class Ledger:
     def __init__(self, spark: SparkSession, config: Config, db: Database) -> None:
         self.spark = spark
@@ -47,11 +50,15 @@ class Ledger:
         self.pg = config.postgres
         self.db = db
         self._origin: str | None = None
-        self._paused = False  # a stop turned the session's auto compaction off
+        # A stop's pause of the session's auto compaction (relay.ledger.pause), held until
+        # the copy in flight, if any, has ended.
+        self._state = threading.Lock()
+        self._paused = self._copying = self._resume_due = False
         writer = config.ledger.writer
         self._auto = writer == "auto"
         self._rs: DeltaRsWriter | None = None
-        if writer == "delta-rs" or (self._auto and is_local(self.path)):
+        if writer == "delta-rs" or (self._auto and is_local(self.path)
+                                    and not on_databricks_mount(self.path)):
             self._rs = DeltaRsWriter(self.path, db, lambda: self.origin)
 
     @property
@@ -70,6 +77,17 @@ class Ledger:
         """Copy every committed staged record to Delta; returns the batches copied.
 
         Once `stopping` holds, no further batch starts: what is left stays staged."""
+        with self._state:
+            self._copying = True
+        try:
+            return self._flush(stopping)
+        finally:
+            with self._state:
+                self._copying = False
+                if self._resume_due:
+                    self._release()
+
+    def _flush(self, stopping: Callable[[], bool]) -> int:
         backend = staging.try_copy_lock(self.db)
         if backend is None:
             return 0  # another relay is copying; it takes our records too
@@ -128,21 +146,29 @@ class Ledger:
         write that a later copy does as well (and took 14-19 s in bench/, SOAK); with
         `cancel`, its Spark jobs are cancelled. Callable from any thread; `resume` undoes
         it once the copy has ended."""
-        self._paused = True
-        self.spark.conf.set(AUTO_COMPACT, "false")
+        with self._state:
+            if not self._paused:
+                pause(self.spark)
+                self._paused = True
         if cancel:
             self.spark.sparkContext.cancelJobGroup(COPY_JOB_GROUP)
 
     def resume(self) -> None:
-        """Gives the session back its auto compaction: the setting is the whole Spark
-        session's, which outlives this relay where a session is shared (a notebook, the
-        tests), and the next writer's tables would not be compacted."""
+        """Gives the session back its auto compaction (relay.ledger.pause says which
+        value), once the copy has ended: a copy the stop gave up waiting for may still be
+        writing, and its write must not compact. That copy's end resumes then."""
+        with self._state:
+            if self._copying:
+                self._resume_due = True
+            else:
+                self._release()
+
+    def _release(self) -> None:
+        """Under self._state."""
         if self._paused:
-            # The session's own setting, not a value read before the pause: two relays of
-            # one session that stop together would hand each other "false".
-            configured = self.spark.sparkContext.getConf().get(AUTO_COMPACT, "true")
-            self.spark.conf.set(AUTO_COMPACT, configured)
+            release(self.spark)
             self._paused = False
+        self._resume_due = False
 
     def staged_count(self) -> tuple[int, int]:
         return staging.staged_count(self.db)
@@ -162,11 +188,14 @@ class Ledger:
             try:
                 self._rs.write(copy_batch)
                 return
-            except DeltaRsUnsupported as exc:
+            except DeltaRsCannotWrite as exc:
                 if not self._auto:
                     raise
-                # A table delta-spark gave features delta-rs cannot write: Spark from now on.
-                log.warning("ledger: %s; Spark writes the copies from now on", exc)
+                # A path or table delta-rs cannot write, and trying again would not change
+                # it (a mount that refuses its commit, a feature it lacks: relay.ledger.
+                # delta_rs says which failures are transient): left to delta-rs, every copy
+                # would fail and staging would grow. Spark writes this batch and the next.
+                log.warning("%s; Delta's Spark writer copies the ledger from now on", exc)
                 self._rs = None
         (
             self._staged(copy_batch)

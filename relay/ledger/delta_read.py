@@ -10,7 +10,7 @@ parameters: callers format only integers into the text (`:d` cannot carry SQL).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -24,6 +24,23 @@ def is_local(path: str) -> bool:
     """A path on this machine (no URL scheme, or file://), as opposed to object storage."""
     scheme = urlparse(path).scheme
     return scheme in ("", "file") or len(scheme) == 1  # a Windows drive letter
+
+
+# Databricks' FUSE mounts on a driver: `/Volumes/...` (Unity Catalog Volumes) and
+# `/dbfs/...`. They read like a local disk, but refuse the hard link that delta-rs commits
+# with ("Function not implemented", delta-rs issue 2540), so delta-rs never writes there.
+_DATABRICKS_MOUNTS = ("Volumes", "dbfs")
+
+
+def on_databricks_mount(path: str) -> bool:
+    """A Databricks Volume or DBFS path: `/Volumes/...`, `/dbfs/...` or `dbfs:/...`."""
+    url = urlparse(path)
+    if url.scheme == "dbfs":
+        return True
+    if url.scheme not in ("", "file"):
+        return False
+    parts = PurePosixPath(url.path).parts
+    return len(parts) > 1 and parts[0] == "/" and parts[1] in _DATABRICKS_MOUNTS
 
 
 def table_uri(path: str) -> str:

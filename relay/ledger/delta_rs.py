@@ -16,6 +16,7 @@ rows. The copy lock (relay.ledger.staging) keeps a second copier of the same out
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ import pyarrow as pa
 
 from relay.control.db import Database
 from relay.data.partitioning_arrow import murmur2_partitions
-from relay.errors import RelayError, first_line
+from relay.errors import RelayError
 from relay.ledger.delta_read import columns_of, open_table, query, table_uri
 from relay.rules.partitioners import partition_for
 
@@ -109,8 +110,57 @@ def _partitions(keys: list[bytes | None], counts: pa.Array, partitioners: pa.Arr
     return pa.array(np.nan_to_num(partition).astype(np.int32), type=pa.int32(), mask=~known)
 
 
-class DeltaRsUnsupported(RelayError):
+class DeltaRsCannotWrite(RelayError):
+    """delta-rs cannot write the ledger at its path, and trying again would not change it."""
+
+
+class DeltaRsUnsupported(DeltaRsCannotWrite):
     """The table has a protocol feature delta-rs does not write."""
+
+
+# delta-rs 1.x words an object store's error as a chain of causes, one a line after an
+# arrow, in terminal colours: "Generic LocalFileSystem error / Unable to rename file /
+# Function not implemented (os error 38)". The first line alone names no cause.
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_CAUSE = "\u21b3"
+# Transient: what the same write may get through on a later try, a copy interval on.
+# - The network to object storage: a timeout, a connection reset, refused or closed, a
+#   failed DNS look-up, a throttled or failing service (HTTP 429 or 5xx).
+# - A commit that lost its version to another writer of the table (an operator's
+#   `ledger maintain`; the copy lock keeps the outbox's other relays out): the next
+#   copy reads the table again.
+# Anything else fails alike on every try: a mount that refuses the commit's hard link or
+# rename (a Databricks Volume), a refused permission, a read-only or full disk, data or
+# a table delta-rs cannot write. Under `ledger.writer = "auto"` such a failure hands the
+# copies to Delta's Spark writer for the rest of the run (relay.ledger.delta). A transient
+# failure mistaken for one costs no more than that, so this list stays narrow.
+_TRANSIENT = re.compile(
+    r"timed out|timeout|connection (?:reset|refused|closed|aborted)|broken pipe"
+    r"|error sending request|dns error|temporarily unavailable|too many requests"
+    r"|slow ?down|throttl|service unavailable|bad gateway|internal server error"
+    r"|status(?: code)?:? (?:429|5\d\d)\b"
+    r"|existing table version|concurrent transaction", re.IGNORECASE)
+
+
+def described(exc: BaseException) -> str:
+    """delta-rs's error in one line with its causes ("Generic LocalFileSystem error:
+    Unable to rename file: Function not implemented (os error 38)"), without a native
+    backtrace that may follow them."""
+    lines = [_COLOUR.sub("", line).strip() for line in str(exc).strip().splitlines()]
+    if not lines or not lines[0]:
+        return type(exc).__name__
+    causes = []
+    for line in lines[1:]:
+        if not line.startswith(_CAUSE):
+            break
+        causes.append(line.removeprefix(_CAUSE).strip())
+    return ": ".join([lines[0], *causes])
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a failed delta-rs write may succeed when it is tried again (see above)."""
+    return (isinstance(exc, TimeoutError | ConnectionError)
+            or _TRANSIENT.search(described(exc)) is not None)
 
 
 class DeltaRsWriter:
@@ -145,11 +195,13 @@ class DeltaRsWriter:
                     app_transactions=[Transaction(origin, copy_batch)]),
             )
         except DeltaProtocolError as exc:
-            raise DeltaRsUnsupported(f"delta-rs cannot write the ledger at {self.path}: "
-                                     f"{first_line(exc)}") from exc
+            raise DeltaRsUnsupported(f"ledger: delta-rs cannot write the table at "
+                                     f"{self.path}: {described(exc)}") from exc
         except Exception as exc:  # delta-rs raises its own errors, OSError and pyarrow's
-            raise RelayError(f"ledger: delta-rs could not write copy batch {copy_batch} "
-                             f"to {self.path}: {first_line(exc)}") from exc
+            failed = (RelayError if transient(exc) else DeltaRsCannotWrite)(
+                f"ledger: delta-rs could not write copy batch {copy_batch} to "
+                f"{self.path}: {described(exc)}")
+            raise failed from exc
         self._compact_when_due()
 
     def _compact_when_due(self) -> None:

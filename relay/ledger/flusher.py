@@ -58,6 +58,9 @@ class LedgerFlusher:
         # as soon as something is staged, early in its life, not at a random later time.
         self._copy_early = copy_early
         self._clock = clock or Clock()
+        # A drain's pace follows who copies (for_run), which a copy can change (relay.
+        # ledger.delta falls back to Spark); None: the pace is fixed.
+        self._pace: Callable[[], tuple[float, Callable[[], bool] | None]] | None = None
         self._done = threading.Event()
         # Set by a stop that copies nothing more: the copy in flight ends with its batch.
         self._abandon = threading.Event()
@@ -71,12 +74,18 @@ class LedgerFlusher:
         delta-rs copies: there a copy takes a fraction of a second of the driver's Python
         beside the rounds, and a drain that copies its rounds as it goes ends with a small
         copy (the final copy of a 1M-row drain took 1.5-3.5 s of its launch to exit)."""
-        writer = "spark" if ledger.in_jvm else "delta-rs"
         if not available_now:
             return cls(ledger, config.flush_interval_s, copy_early=True, defer=draining)
-        interval = config.drain_flush_interval_s or _DRAIN_COPY_S[writer]
-        return cls(ledger, interval, copy_early=False,
-                   defer=draining if writer == "spark" else None)
+
+        def pace() -> tuple[float, Callable[[], bool] | None]:
+            writer = "spark" if ledger.in_jvm else "delta-rs"
+            interval = config.drain_flush_interval_s or _DRAIN_COPY_S[writer]
+            return interval, draining if writer == "spark" else None
+
+        interval, defer = pace()
+        flusher = cls(ledger, interval, copy_early=False, defer=defer)
+        flusher._pace = pace
+        return flusher
 
     def start(self) -> None:
         self._thread.start()
@@ -124,6 +133,10 @@ class LedgerFlusher:
                 return None
             log.warning("ledger copy failed, will retry: %s", exc)
             return None
+        finally:
+            if self._pace is not None:
+                interval, defer = self._pace()
+                self._interval_s, self._defer = interval, defer or (lambda: False)
 
     def stop(self, copy_now: bool = True) -> None:
         """Stop copying; with copy_now, wait for the copy in flight and copy the rest.

@@ -18,7 +18,8 @@ from pyspark.sql import SparkSession
 from relay.config.load import build_config
 from relay.control.db import Database
 from relay.launch.spark import base_conf
-from relay.ledger.delta import AUTO_COMPACT, Ledger
+from relay.ledger.delta import Ledger
+from relay.ledger.pause import AUTO_COMPACT
 
 pytestmark = pytest.mark.spark
 
@@ -99,3 +100,61 @@ def test_a_stop_s_pause_of_compaction_is_the_session_s_again_once_the_copy_ended
     ledger.end_copies(cancel=False)  # a second call (the cancel) keeps the first value
     ledger.resume()
     assert spark.conf.get(AUTO_COMPACT) == before == "true"
+
+
+def _ledger(spark: SparkSession) -> Ledger:
+    return Ledger(spark, build_config({"spark": {"resolve_packages": False}}, env={}),
+                  cast(Database, None))
+
+
+def test_a_stop_gives_the_session_back_its_runtime_value_not_the_context_s(
+    spark: SparkSession,
+) -> None:
+    """On Databricks a profile's Spark settings reach a running cluster's session as
+    runtime settings only; the SparkContext's configuration never holds them. A session
+    whose auto compaction is off must find it off after the relay's stop."""
+    assert spark.sparkContext.getConf().get(AUTO_COMPACT) == "true"
+    spark.conf.set(AUTO_COMPACT, "false")
+    try:
+        ledger = _ledger(spark)
+        ledger.end_copies(cancel=False)
+        ledger.resume()
+        assert spark.conf.get(AUTO_COMPACT) == "false"
+    finally:
+        spark.conf.set(AUTO_COMPACT, "true")
+
+
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_two_relays_of_one_session_that_stop_together_give_it_back_its_value(
+    spark: SparkSession, value: str,
+) -> None:
+    """Each relay's pause is off until both copies ended, and neither hands the other
+    the "false" of its own pause as the value to restore."""
+    spark.conf.set(AUTO_COMPACT, value)
+    try:
+        first, second = _ledger(spark), _ledger(spark)
+        first.end_copies(cancel=False)
+        second.end_copies(cancel=False)
+        first.resume()
+        assert spark.conf.get(AUTO_COMPACT) == "false", "the second relay's copy is in flight"
+        second.resume()
+        assert spark.conf.get(AUTO_COMPACT) == value
+        second.end_copies(cancel=False)  # a pause after both ended starts over
+        assert spark.conf.get(AUTO_COMPACT) == "false"
+        second.resume()
+        assert spark.conf.get(AUTO_COMPACT) == value
+    finally:
+        spark.conf.set(AUTO_COMPACT, "true")
+
+
+def test_a_session_without_a_value_of_its_own_is_left_without_one(spark: SparkSession) -> None:
+    spark.conf.unset(AUTO_COMPACT)
+    try:
+        unset = spark.conf.get(AUTO_COMPACT, None)
+        ledger = _ledger(spark)
+        ledger.end_copies(cancel=False)
+        assert spark.conf.get(AUTO_COMPACT) == "false"
+        ledger.resume()
+        assert spark.conf.get(AUTO_COMPACT, None) == unset
+    finally:
+        spark.conf.set(AUTO_COMPACT, "true")

@@ -153,6 +153,9 @@ def test_relay_parameters_parse_and_name_a_profile_that_loads(
     assert config.spark.resolve_packages is False
     assert config.ledger.path.startswith("/Volumes/")
     assert config.relay.checkpoint_path.startswith("/Volumes/")
+    # A Volume is a FUSE mount on the driver, where delta-rs's commits fail (delta-rs
+    # issue 2540): the profile says so instead of relying on `auto` to know the path.
+    assert config.ledger.writer == "spark"
 
 
 @pytest.mark.parametrize("job_key", MIGRATING)

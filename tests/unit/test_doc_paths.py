@@ -28,6 +28,7 @@ NOT_IN_THE_REPOSITORY = (
     ".relay-data/",     # the local stack's data and tools, git-ignored
     "conf/prod.toml",   # the profile a user writes from conf/local.toml
     "/Volumes/",        # a Databricks workspace's Unity Catalog Volumes
+    "/dbfs/",           # a Databricks driver's DBFS mount
     "/metrics",         # the HTTP path a continuous relay serves, not a file
 )
 # `outbox-relay ...` phrases that are names, not command lines.

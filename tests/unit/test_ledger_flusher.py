@@ -234,3 +234,22 @@ def test_a_continuous_relay_copies_on_its_interval_and_waits_for_the_drain_lane(
 
 def test_a_drain_interval_set_in_the_profile_is_kept() -> None:
     assert _for_run(in_jvm=False, available_now=True, drain_flush_interval_s=60)._interval_s == 60
+
+
+class _FallsBack(_Writer):
+    """A ledger whose first copy hands the copies from delta-rs to Spark (its fallback)."""
+
+    def flush(self, stopping: Callable[[], bool] = lambda: False) -> int:
+        self.in_jvm = True
+        return 1
+
+
+def test_a_drain_whose_copies_fall_back_to_spark_is_paced_as_a_spark_drain() -> None:
+    """Spark's copy jobs every 2 s beside the drain, never waiting for its lane, would take
+    the cores the rounds need, as if the profile had asked for delta-rs's pace."""
+    ledger = _FallsBack(in_jvm=False)
+    copier = LedgerFlusher.for_run(cast(Ledger, ledger), LedgerConfig(), True, lambda: True)
+    assert copier._interval_s == 2.0 and not copier._defer()
+    assert copier.flush_once() == 1
+    assert copier._interval_s == 600.0
+    assert copier._defer()
