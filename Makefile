@@ -20,8 +20,8 @@ demo: setup
 	$(VENV)/bin/outbox-relay --config conf/local.toml demo
 
 lint: setup
-	$(VENV)/bin/ruff check relay jobs tests dags notebooks
-	$(VENV)/bin/mypy relay
+	$(VENV)/bin/ruff check outbox_relay jobs tests dags notebooks
+	$(VENV)/bin/mypy outbox_relay
 
 # The whole suite: lint, then the unit, Spark, integration, Airflow (in .venv-airflow
 # and .venv-airflow-spark-prev) and fault-injection tiers (quick mode), on a stack the

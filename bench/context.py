@@ -14,7 +14,7 @@ from bench.env import BenchEnv
 from bench.plan import make_plan
 from bench.probes.outside import OutsideCpu
 from bench.repeat import SPOIL_CORES, run_measured, spoiled
-from relay.config import Config
+from outbox_relay.config import Config
 
 
 @dataclass

@@ -19,12 +19,12 @@ import psycopg2.extensions
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-import relay.stack
-from relay.config import Config
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.control.migrate import migrate
-from relay.stack import StackInfo
+import outbox_relay.stack
+from outbox_relay.config import Config
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import migrate
+from outbox_relay.stack import StackInfo
 
 REPO = Path(__file__).resolve().parents[1]
 # The bench's stack is its own, so tests others run at the same time don't collide.
@@ -98,7 +98,7 @@ class BenchEnv:
 
     @classmethod
     def start(cls) -> BenchEnv:
-        info = relay.stack.up(stack_dir=stack_dir(), use_env=False)
+        info = outbox_relay.stack.up(stack_dir=stack_dir(), use_env=False)
         WORK_DIR.mkdir(parents=True, exist_ok=True)
         return cls(stack=info, work=WORK_DIR)
 
@@ -124,7 +124,7 @@ class BenchEnv:
 
     def stop_stack(self) -> None:
         """Stop the bench's PostgreSQL and Kafka: idle, they still take CPU from what runs next."""
-        relay.stack.down(stack_dir=stack_dir())
+        outbox_relay.stack.down(stack_dir=stack_dir())
 
     def drop_databases(self) -> None:
         conn = connect(self.stack.postgres_url)

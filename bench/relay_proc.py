@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.common import DRIVER_MEMORY
 from bench.procs import gc_summary, kill_group, live_summary, relay_driver, signal_group, status_kb
-from relay.config import Config
+from outbox_relay.config import Config
 from tests.integration.process import write_profile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 # more than the default 20 MB a file, and every marking must be read.
 LIVE_LOG_TAIL = "uptime,level,tags:filecount=0"
 _SUMMARY = re.compile(r"outbox-relay: (\d+) messages delivered in ([\d.]+) s \((\d+) batches\)")
-# The relay's log line when a copy batch is in Delta (relay.ledger.delta), local time.
-_COPY_LANDED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO relay\.ledger\.delta: "
-                          r"ledger: copy batch \d+ is in Delta", re.M)
+# The relay's log line when a copy batch is in Delta (outbox_relay.ledger.delta), local time.
+_COPY_LANDED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO "
+                          r"outbox_relay\.ledger\.delta: ledger: copy batch \d+ is in Delta", re.M)
 
 
 def last_copy_landed(log_text: str) -> float | None:

@@ -21,7 +21,7 @@ profile's checkpoint):
   a second cluster every 5 minutes. Pause the job's own schedule when Airflow triggers
   it (``--var drain_pause_status=PAUSED``).
 
-Exit codes (``relay/exit_codes.py``; the decisions are ``outbox_relay_exits.POLICY``
+Exit codes (``outbox_relay/exit_codes.py``; the decisions are ``outbox_relay_exits.POLICY``
 and docs/airflow.md):
 
 - 0 OK: success.
@@ -47,7 +47,7 @@ Settings, read from the environment when the DAG file is parsed (none is a secre
 credentials stay in the Spark connection, the worker's environment or Databricks
 secrets, as the profile's ``env:NAME`` references and ``RELAY_POSTGRES_PASSWORD`` do):
 
-- ``OUTBOX_RELAY_HOME``: the checkout holding jobs/, relay/, conf/ (default: the
+- ``OUTBOX_RELAY_HOME``: the checkout holding jobs/, outbox_relay/, conf/ (default: the
   parent of this file's folder).
 - ``OUTBOX_RELAY_PROFILE``: the TOML profile (default ``conf/prod.toml`` under the home).
 - ``OUTBOX_RELAY_SPARK_CONN_ID`` (default ``spark_default``): the master, e.g. a Spark

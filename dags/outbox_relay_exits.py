@@ -1,7 +1,7 @@
 """What each relay exit code means to Airflow: the one table of decisions, and the retry
 policy (Airflow 3.3's ``retry_policy``, AIP-105) that applies its "failed, not retried".
 
-The numbers come from `relay/exit_codes.py`, the project's one table: this module imports
+The numbers come from `outbox_relay/exit_codes.py`, the project's one table: this module imports
 it (it needs nothing but the standard library), so a code added there without a decision
 here fails the DAG file's import, and the DagBag test, instead of being guessed at.
 docs/airflow.md prints the same decisions as a table (`markdown_table`).
@@ -24,10 +24,10 @@ RELAY_HOME = Path(os.environ.get("OUTBOX_RELAY_HOME") or Path(__file__).resolve(
 if str(RELAY_HOME) not in sys.path:
     sys.path.append(str(RELAY_HOME))
 
-from relay.exit_codes import ExitCode  # noqa: E402 - needs RELAY_HOME on the path
+from outbox_relay.exit_codes import ExitCode  # noqa: E402 - needs RELAY_HOME on the path
 
 # The line the relay prints for each topic an available-now drain left over
-# (relay/app.py, print_summary). The left-over scenario of tests/airflow runs the real
+# (outbox_relay/app.py, print_summary). The left-over scenario of tests/airflow runs the real
 # relay: a changed line would turn its success into a retried failure there.
 LEFT_OVER_LINE = "left over: topic "
 LEFT_OVER_XCOM = "left_over"

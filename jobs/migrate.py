@@ -1,7 +1,7 @@
 """Entry point for `spark-submit jobs/migrate.py --config conf/<profile>.toml`.
 
 The same as `outbox-relay --config ... migrate`, which the Databricks bundle runs from its
-wheel; a relay refuses a stale schema. The migrations are the SQL files of relay/schemas/,
+wheel; a relay refuses a stale schema. The migrations are the SQL files of outbox_relay/schemas/,
 shipped in the wheel too.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 if "__file__" in globals():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from relay.cli import main
+from outbox_relay.cli import main
 
 COMMAND = "migrate"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 if "__file__" in globals():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from relay.app import main
+from outbox_relay.app import main
 
 if __name__ == "__main__":
     sys.exit(main())

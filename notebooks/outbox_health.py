@@ -24,14 +24,14 @@ import json
 import os
 from typing import Any
 
-from relay.config.load import PASSWORD_ENV, build_config, load_config
-from relay.control.db import Database
-from relay.control.migrate import require_current
-from relay.observe import health, plots, queries
-from relay.observe.message_lookup import find_message
-from relay.observe.report import table
-from relay.observe.status import take_snapshot
-from relay.observe.throughput import per_minute
+from outbox_relay.config.load import PASSWORD_ENV, build_config, load_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import require_current
+from outbox_relay.observe import health, plots, queries
+from outbox_relay.observe.message_lookup import find_message
+from outbox_relay.observe.report import table
+from outbox_relay.observe.status import take_snapshot
+from outbox_relay.observe.throughput import per_minute
 
 # Databricks puts dbutils and display in the notebook's globals; a script has neither.
 dbutils = globals().get("dbutils")

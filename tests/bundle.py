@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from relay.cli import build_parser
+from outbox_relay.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "conf" / "databricks.toml"

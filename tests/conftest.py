@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-import relay.stack
-from relay.launch.spark_jars import install_spark_defaults, own_spark_conf_dir
-from relay.stack import StackInfo
+import outbox_relay.stack
+from outbox_relay.launch.spark_jars import install_spark_defaults, own_spark_conf_dir
+from outbox_relay.stack import StackInfo
 
 pytest_plugins = ["tests.spark_session"]
 
@@ -26,7 +26,7 @@ collect_ignore = ["airflow"]
 @pytest.fixture(scope="session")
 def spark_defaults() -> None:
     """spark-submit finds the relay's jars in spark-defaults.conf, as `make setup` leaves
-    them (relay.launch.spark_jars); a Spark that is not the venv's own is left alone."""
+    them (outbox_relay.launch.spark_jars); a Spark that is not the venv's own is left alone."""
     if own_spark_conf_dir():
         install_spark_defaults()
 
@@ -38,11 +38,11 @@ def stack(spark_defaults: None) -> Iterator[StackInfo]:
     A stack that was already up (e.g. via `stack up`) is left running; one this
     session started is stopped at the end unless RELAY_KEEP_STACK=1.
     """
-    was_up = relay.stack.status() is not None
-    info = relay.stack.up()
+    was_up = outbox_relay.stack.status() is not None
+    info = outbox_relay.stack.up()
     yield info
     if not was_up and os.environ.get("RELAY_KEEP_STACK") != "1":
-        relay.stack.down()
+        outbox_relay.stack.down()
 
 
 # The time of each tier (tests/<tier>/...), setup and teardown included, for CI's log:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.config.load import build_config
-from relay.launch.spark import build_session
+from outbox_relay.config.load import build_config
+from outbox_relay.launch.spark import build_session
 
 
 @pytest.fixture(scope="session")

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import relay.stack
+import outbox_relay.stack
 from bench.common import REPO, log, sys_load
 from bench.default.latency import LAT_WINDOW_S, latency_run
 from bench.default.run import Stack, first_message, w1
 from bench.probes.quiet import check_quiet
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.control.migrate import migrate
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import migrate
 
 PARTS = ("W1", "LAT", "FIRST", "W3", "W5")
 WORK = REPO / ".relay-data" / "bench-default"
@@ -130,7 +130,7 @@ def run_day(stack: Stack, work: Path, parts: list[str],
 def run_default(args: argparse.Namespace, git: str) -> int:
     started = _now()
     quiet = check_quiet(args.force)
-    info = relay.stack.up()  # the stack of `make demo`, its database and its history
+    info = outbox_relay.stack.up()  # the stack of `make demo`, its database and its history
     # spark-submit finds pyspark through the `python` on its PATH: the venv's.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = {**os.environ, "PATH": path, "RELAY_POSTGRES_URL": info.postgres_url,

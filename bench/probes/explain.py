@@ -25,11 +25,11 @@ from typing import Any
 import psycopg2.extras
 
 _MODULES = (
-    "relay.control.claims",
-    "relay.control.locks",
-    "relay.control.pending",
-    "relay.control.parking",
-    "relay.ledger.staging",
+    "outbox_relay.control.claims",
+    "outbox_relay.control.locks",
+    "outbox_relay.control.pending",
+    "outbox_relay.control.parking",
+    "outbox_relay.ledger.staging",
 )
 _EXPLAINABLE = re.compile(r"^\s*(WITH|SELECT|INSERT|UPDATE|DELETE)\b", re.I | re.S)
 _SKIP = re.compile(r"pg_(try_)?advisory|^\s*SELECT\s+1\s*$", re.I)

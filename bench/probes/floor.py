@@ -1,8 +1,8 @@
 """THE FLOOR PROBE (issue 10, W2): what one tiny batch costs Spark itself.
 
 A bare Spark job reads 10 rows over JDBC and writes them through the Kafka sink, with
-the relay's own JDBC and producer options (relay.data.read.jdbc_options,
-relay.data.sink.producer_options), `runs` times in one session; no claim, no lock, no
+the relay's own JDBC and producer options (outbox_relay.data.read.jdbc_options,
+outbox_relay.data.sink.producer_options), `runs` times in one session; no claim, no lock, no
 ledger, no streaming trigger. W2's p50 is held against this probe's.
 
 Run by the bench under spark-submit (the jars come from spark-defaults.conf):
@@ -23,9 +23,9 @@ from pathlib import Path
 # standard library's (pyspark imports cProfile).
 sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from relay.config.load import build_config  # noqa: E402
-from relay.data.read import jdbc_options  # noqa: E402
-from relay.data.sink import producer_options  # noqa: E402
+from outbox_relay.config.load import build_config  # noqa: E402
+from outbox_relay.data.read import jdbc_options  # noqa: E402
+from outbox_relay.data.sink import producer_options  # noqa: E402
 
 ROWS = 10
 SEED = """

@@ -2,7 +2,7 @@
 
 ``org.apache.kafka.tools.ProducerPerformance`` from the ``kafka-tools`` jars of the
 broker's own version, resolved once from Maven Central as the broker's jars are
-(relay.stack.jars). Set up as the relay is: the backlog's payloads (``--payload-file``),
+(outbox_relay.stack.jars). Set up as the relay is: the backlog's payloads (``--payload-file``),
 acks=all, idempotence, the profile's codec, linger and batch size. The tool takes one
 topic a run, so it runs once per topic, one after the other, with that topic's share
 of the rows; its own records/s exclude the JVM's start, and the limit is the rows over
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.backlog import Backlog, payload_pool
-from relay.config import KafkaConfig
-from relay.launch import ivy, packages
-from relay.stack.jars import kafka_jars_dir
+from outbox_relay.config import KafkaConfig
+from outbox_relay.launch import ivy, packages
+from outbox_relay.stack.jars import kafka_jars_dir
 
 TOOLS = f"org.apache.kafka:kafka-tools:{packages.KAFKA_BROKER_VERSION}"
 MAIN = "org.apache.kafka.tools.ProducerPerformance"

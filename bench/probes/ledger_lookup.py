@@ -30,11 +30,11 @@ import psycopg2
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-import relay.stack
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.control.migrate import migrate
-from relay.ledger import staging
+import outbox_relay.stack
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import migrate
+from outbox_relay.ledger import staging
 
 STAGE = """
 INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source)
@@ -89,7 +89,7 @@ def build_ledger(path: str, records: int, per_copy: int, topics: int, origin: st
 
 @contextmanager
 def scratch_database() -> Iterator[str]:
-    info = relay.stack.status()
+    info = outbox_relay.stack.status()
     if info is None:
         sys.exit("no local stack: `outbox-relay stack up` first (or set RELAY_STACK_DIR)")
     name = f"bench_lookup_{uuid.uuid4().hex[:8]}"
@@ -119,14 +119,15 @@ def stage(url: str, first: int, records: int, per_record: int, topics: int) -> N
 
 def command(profile: Path, *args: str) -> tuple[float, int]:
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "relay.cli", "--config", str(profile), *args],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox_relay.cli", "--config", str(profile), *args],
+        capture_output=True, text=True)
     return time.monotonic() - t0, done.returncode
 
 
 def status_counted(profile: Path) -> str:
     """What `status` read of the ledger: the check that its timing is of a real read."""
-    done = subprocess.run([sys.executable, "-m", "relay.cli", "--config", str(profile),
+    done = subprocess.run([sys.executable, "-m", "outbox_relay.cli", "--config", str(profile),
                            "status", "--json"], capture_output=True, text=True, check=True)
     report = json.loads(done.stdout)
     last_hour = sum(t["ledger"]["per_min_60m"] * 60 for t in report["topics"])

@@ -25,7 +25,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from bench.backlog import Backlog, records
 from bench.env import connect
-from relay.config import KafkaConfig
+from outbox_relay.config import KafkaConfig
 
 READ_ALL = """
 COPY (SELECT id, topic, message, key, partition_key, created_at, headers::text

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from relay.config.load import load_config
+from outbox_relay.config.load import load_config
 
 log = logging.getLogger("bench.probes.profile")
 
@@ -83,28 +83,29 @@ def _patch_method(cls: Any, name: str, label: str) -> None:
 
 def instrument() -> None:
     """Wrap the parts of the batch body, the control plane and the ledger copier."""
-    from relay.control import claims, kafka_admin, locks
-    from relay.ledger import delta
-    from relay.stream import batch, runner  # noqa: F401 - loads every module we patch
+    from outbox_relay.control import claims, kafka_admin, locks
+    from outbox_relay.ledger import delta
+    from outbox_relay.stream import batch, runner  # noqa: F401 - loads every module we patch
 
-    _patch_everywhere("relay.control.pending", "pending_topics", "pending_topics")
-    _patch_everywhere("relay.control.claims", "finish", "finish")
-    from relay.data import plan
+    _patch_everywhere("outbox_relay.control.pending", "pending_topics", "pending_topics")
+    _patch_everywhere("outbox_relay.control.claims", "finish", "finish")
+    from outbox_relay.data import plan
 
     _patch_method(plan.RecordPlan, "records", "record plan (built once, then reused)")
-    _patch_everywhere("relay.data.sink", "write_records", "spark job (read+write)")
+    _patch_everywhere("outbox_relay.data.sink", "write_records", "spark job (read+write)")
     _patch_method(claims.Claims, "claim", "claim")
     _patch_method(locks.TopicLocks, "acquire", "lock")
     _patch_method(kafka_admin.KafkaAdmin, "describe", "kafka describe")
     _patch_method(delta.Ledger, "flush", "ledger flush")
-    _patch_everywhere("relay.data.records", "to_kafka_records", "to_kafka_records (analysis)")
-    _patch_everywhere("relay.data.records", "in_key_order", "in_key_order (analysis)")
-    from relay.stream import delivery
+    _patch_everywhere("outbox_relay.data.records", "to_kafka_records",
+                      "to_kafka_records (analysis)")
+    _patch_everywhere("outbox_relay.data.records", "in_key_order", "in_key_order (analysis)")
+    from outbox_relay.stream import delivery
 
     _patch_method(delivery.Delivery, "deliver", "deliver")
     _patch_method(batch.BatchProcessor, "run_once", "round")
     try:
-        from relay.control import parking
+        from outbox_relay.control import parking
 
         for name in ("park_doomed", "park_topic"):
             _patch_method(parking.Parking, name, f"parking.{name}")
@@ -142,10 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.probes import explain
 
         explain.install()
-    from relay.launch.spark import build_session
-    from relay.stream import runner
-    from relay.stream.stop import StopSignal
-    from relay.wiring import build_relay
+    from outbox_relay.launch.spark import build_session
+    from outbox_relay.stream import runner
+    from outbox_relay.stream.stop import StopSignal
+    from outbox_relay.wiring import build_relay
 
     config = load_config(args.config)
     t0 = time.perf_counter()

@@ -29,7 +29,7 @@ from bench.common import (
 )
 from bench.env import BenchEnv, wait_empty
 from bench.workloads.latency import Load, generate
-from relay.config import Config
+from outbox_relay.config import Config
 
 
 def _phase_stats(timings: dict[str, Any]) -> dict[str, dict[str, float]]:

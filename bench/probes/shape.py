@@ -1,8 +1,8 @@
 """THE SHAPE LIMIT (issue 10, W1): what the relay's data plane alone does with a backlog.
 
 The whole backlog as one claimed batch (one session per topic, inserted here), read by
-the relay's own executor read (relay.data.plan.RecordPlan: the JDBC view, the key split,
-in_key_order, the records) and written by its own Kafka sink (relay.data.sink), in a
+the relay's own executor read (outbox_relay.data.plan.RecordPlan: the JDBC view, the key split,
+in_key_order, the records) and written by its own Kafka sink (outbox_relay.data.sink), in a
 fresh Spark session built as the relay builds it; no claim checks, no lock, no delete,
 no ledger, no streaming trigger. Its first write pays the JVM's warm-up as the relay's
 first round does; a second pass over the same rows shows the warm rate.
@@ -26,15 +26,15 @@ from pathlib import Path
 # standard library's (pyspark imports cProfile).
 sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from relay.config.load import load_config  # noqa: E402
-from relay.control.db import Database  # noqa: E402
-from relay.control.kafka_admin import KafkaAdmin, TopicInfo  # noqa: E402
-from relay.control.locks import ENSURE_TOPICS  # noqa: E402
-from relay.control.migrate import migrate  # noqa: E402
-from relay.control.topic_meta import TopicMeta  # noqa: E402
-from relay.data.plan import RecordPlan  # noqa: E402
-from relay.data.sink import write_records  # noqa: E402
-from relay.launch.spark import build_session  # noqa: E402
+from outbox_relay.config.load import load_config  # noqa: E402
+from outbox_relay.control.db import Database  # noqa: E402
+from outbox_relay.control.kafka_admin import KafkaAdmin, TopicInfo  # noqa: E402
+from outbox_relay.control.locks import ENSURE_TOPICS  # noqa: E402
+from outbox_relay.control.migrate import migrate  # noqa: E402
+from outbox_relay.control.topic_meta import TopicMeta  # noqa: E402
+from outbox_relay.data.plan import RecordPlan  # noqa: E402
+from outbox_relay.data.sink import write_records  # noqa: E402
+from outbox_relay.launch.spark import build_session  # noqa: E402
 
 TOKEN = "bench-shape"
 # One session per topic holding all its ids: what a claim without limits would record.

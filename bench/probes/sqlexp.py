@@ -1,4 +1,4 @@
-"""The control plane's own statements (relay.control.claims.CLAIM, finish.FINISH_SESSIONS,
+"""The control plane's own statements (outbox_relay.control.claims.CLAIM, finish.FINISH_SESSIONS,
 the locks), measured round by round on W1's and W3's shapes.
 
 Each variant gets its own database with the same backlog and runs the relay's loop by
@@ -17,7 +17,7 @@ from typing import Any
 
 from bench.backlog import Backlog, load
 from bench.env import BenchEnv, connect
-from relay.control import claims, finish, locks
+from outbox_relay.control import claims, finish, locks
 
 TOKEN = "bench-sql"
 PREFIX = "outbox-relay."

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.env import REPO, BenchEnv, connect
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.observe.status import take_snapshot
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.observe.status import take_snapshot
 
 FILL = """
 INSERT INTO kafka_messages (topic, message, key, created_at)
@@ -65,7 +65,8 @@ def time_cli(profile: Path, repeat: int) -> dict[str, Any]:
     for _ in range(repeat):
         started = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "relay.cli", "--config", str(profile), "status", "--json"],
+            [sys.executable, "-m", "outbox_relay.cli", "--config", str(profile), "status",
+             "--json"],
             cwd=REPO, capture_output=True, text=True, check=False)
         times.append(time.monotonic() - started)
         if done.returncode not in (0, 16):

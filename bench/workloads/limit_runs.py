@@ -25,7 +25,7 @@ from bench.context import Bench
 from bench.probes import limits
 from bench.probes.javaperf import java_limit
 from bench.relay_proc import launch
-from relay.config import Config
+from outbox_relay.config import Config
 
 KAFKA_LIMIT_CONFLUENT = "Kafka limit, confluent-kafka"
 JAVA_TOOL_TOPICS_MAX = 20

@@ -16,7 +16,7 @@ from typing import Any
 from bench.backlog import Backlog, load
 from bench.env import BenchEnv, LockWatch, wait_empty
 from bench.relay_proc import launch
-from relay.config import Config
+from outbox_relay.config import Config
 
 IDLE_S = 5.0
 

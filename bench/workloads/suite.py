@@ -29,7 +29,7 @@ from bench.workloads.soak import soak
 from bench.workloads.w2 import w2
 from bench.workloads.w2c import w2c
 from bench.workloads.w5 import w5
-from relay.config import Config
+from outbox_relay.config import Config
 
 __all__ = ["Workloads"]
 W6_TOPICS, W6_KEYS, W6_PARTITIONS, W6_PAYLOAD = 10, 10_000, 4, 100

@@ -35,7 +35,7 @@ from outbox_relay_exits import (
 )
 from outbox_relay_operators import RelaySparkSubmitOperator
 
-from relay.exit_codes import ExitCode
+from outbox_relay.exit_codes import ExitCode
 from tests.airflow.conftest import REPO
 
 LOCKED = f"{LEFT_OVER_LINE}orders: locked by another-relay"

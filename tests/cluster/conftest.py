@@ -14,10 +14,10 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from relay.config.load import PASSWORD_ENV, build_config
-from relay.control.db import Database
-from relay.control.migrate import migrate
-from relay.stack import StackInfo
+from outbox_relay.config.load import PASSWORD_ENV, build_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import migrate
+from outbox_relay.stack import StackInfo
 from tests.cluster.secured_db import SecuredRole, refused_without_password, secured_role
 from tests.cluster.standalone import StandaloneCluster
 from tests.faults.conftest import (  # the fault report's scenario figures
@@ -66,7 +66,7 @@ def relay_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """
     path = tmp_path_factory.mktemp("py-files") / "relay.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for file in sorted((REPO / "relay").rglob("*")):
+        for file in sorted((REPO / "outbox_relay").rglob("*")):
             if file.is_file() and "__pycache__" not in file.parts:
                 zf.write(file, file.relative_to(REPO))
     return path

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg2
 
-from relay.stack.paths import StackPaths
+from outbox_relay.stack.paths import StackPaths
 
 _MARK = "# outbox-relay cluster tier:"
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pyspark
 
-from relay.stack.proc import HOST, pick_free_ports
+from outbox_relay.stack.proc import HOST, pick_free_ports
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 WORKER_CORES = 1

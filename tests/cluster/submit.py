@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from relay.config import Config
-from relay.config.load import PASSWORD_ENV
-from relay.stack import StackInfo
+from outbox_relay.config import Config
+from outbox_relay.config.load import PASSWORD_ENV
+from outbox_relay.stack import StackInfo
 from tests.cluster.conftest import ClusterDb
 from tests.cluster.standalone import StandaloneCluster, Worker
 from tests.faults.infra import wait_until

@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka.admin import AclOperation
 from pyspark.sql import SparkSession
 
-from relay.config import Config
-from relay.exit_codes import ExitCode
-from relay.stack import StackInfo
+from outbox_relay.config import Config
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.stack import StackInfo
 from tests.cluster.conftest import ClusterDb
 from tests.cluster.standalone import StandaloneCluster
 from tests.cluster.submit import (

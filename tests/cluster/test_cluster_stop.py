@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.exit_codes import ExitCode
-from relay.stack import StackInfo
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.stack import StackInfo
 from tests.cluster.conftest import ClusterDb
 from tests.cluster.standalone import StandaloneCluster
 from tests.cluster.submit import (
@@ -36,10 +36,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
 MESSAGES = 4_000
 # The batch in flight finishes, then Spark's own stop waits up to
-# spark.sql.streaming.stopTimeout (60 s, relay/launch/spark.py) for its bookkeeping.
+# spark.sql.streaming.stopTimeout (60 s, outbox_relay/launch/spark.py) for its bookkeeping.
 GRACE_S = 90.0
 # A stop that waited out stopTimeout was stuck (a batch body blocked on the runner that
-# was stopping the query, fixed in relay/stream/stop.py): well under it, with room for
+# was stopping the query, fixed in outbox_relay/stream/stop.py): well under it, with room for
 # a batch in flight on a loaded machine.
 MAX_STOP_S = 45.0
 

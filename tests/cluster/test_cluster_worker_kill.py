@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.exit_codes import ExitCode
-from relay.stack import StackInfo
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.stack import StackInfo
 from tests.cluster.conftest import ClusterDb
 from tests.cluster.standalone import StandaloneCluster
 from tests.cluster.submit import (

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-import relay.stack
-from relay.stack import StackInfo
+import outbox_relay.stack
+from outbox_relay.stack import StackInfo
 from tests.faults import report
 from tests.faults.recorders import create_database, drop_database
 
@@ -90,7 +90,7 @@ class PrivateStack:
     info: StackInfo
 
     def ensure_up(self) -> StackInfo:
-        info = relay.stack.up(stack_dir=self.dir, use_env=False)
+        info = outbox_relay.stack.up(stack_dir=self.dir, use_env=False)
         assert info == self.info, "a restarted service keeps its port"
         return info
 
@@ -98,9 +98,9 @@ class PrivateStack:
 @pytest.fixture(scope="session")
 def private_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateStack]:
     stack_dir = tmp_path_factory.mktemp("private-stack")
-    info = relay.stack.up(stack_dir=stack_dir, use_env=False)
+    info = outbox_relay.stack.up(stack_dir=stack_dir, use_env=False)
     try:
         yield PrivateStack(stack_dir, info)
     finally:
         with contextlib.suppress(Exception):
-            relay.stack.down(stack_dir)
+            outbox_relay.stack.down(stack_dir)

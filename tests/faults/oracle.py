@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.config import Config
-from relay.control.db import Database
+from outbox_relay.config import Config
+from outbox_relay.control.db import Database
 from tests.faults.outbox_writer import Outbox
 from tests.kafka_readback import Received, consume, high_watermarks
 
@@ -167,7 +167,7 @@ def _violations(outbox: Outbox, ids: list[int], pos: dict[int, int]) -> int:
 
 def ledger_entries(spark: Any, config: Config) -> list[tuple[str, int, str]]:
     """Copy what is still staged to Delta, then every ledger row as (topic, id, outcome)."""
-    from relay.ledger.delta import Ledger
+    from outbox_relay.ledger.delta import Ledger
 
     db = Database(config.postgres, "fault-ledger-check")
     try:

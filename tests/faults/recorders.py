@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import psycopg2
 
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.control.migrate import migrate
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import migrate
 from tests.faults.infra import database_url, query, scalar, wait_until
 
 

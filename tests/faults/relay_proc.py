@@ -13,10 +13,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from relay.config import Config
-from relay.config.load import build_config
-from relay.config.models import MAX_DRAIN_LANES
-from relay.wiring import lane_token, process_token
+from outbox_relay.config import Config
+from outbox_relay.config.load import build_config
+from outbox_relay.config.models import MAX_DRAIN_LANES
+from outbox_relay.wiring import lane_token, process_token
 from tests.faults.infra import query, scalar, wait_until
 from tests.integration.process import write_profile
 

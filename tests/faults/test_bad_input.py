@@ -21,9 +21,9 @@ import pytest
 from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
-from relay.control.db import Database
-from relay.control.migrate import migrate
-from relay.stack.paths import StackPaths
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import migrate
+from outbox_relay.stack.paths import StackPaths
 from tests.faults.conftest import PrivateStack, Scenario
 from tests.faults.infra import create_topics, database_url, query, unique
 from tests.faults.oracle import ledger_entries, read_all

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.stack import StackInfo
+from outbox_relay.stack import StackInfo
 from tests.faults.conftest import Scenario
 from tests.faults.infra import create_topics, outbox_count, query, scalar, unique, wait_until
 from tests.faults.oracle import high_watermarks, ledger_entries, read_all, verdict

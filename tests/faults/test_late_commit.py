@@ -18,8 +18,8 @@ from typing import Any
 import psycopg2
 import pytest
 
-from relay.config import RelaySettings
-from relay.stack import StackInfo
+from outbox_relay.config import RelaySettings
+from outbox_relay.stack import StackInfo
 from tests.faults.conftest import Scenario
 from tests.faults.infra import create_topics, outbox_count, query, unique, wait_until
 from tests.faults.oracle import read_all, verdict

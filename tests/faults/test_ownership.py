@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from relay.stack import StackInfo
+from outbox_relay.stack import StackInfo
 from tests.faults.conftest import Scenario
 from tests.faults.infra import create_topics, outbox_count, query, unique, wait_until
 from tests.faults.oracle import high_watermarks, read_all, verdict

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.config import Config
-from relay.stack import StackInfo
+from outbox_relay.config import Config
+from outbox_relay.stack import StackInfo
 from tests.faults.conftest import Scenario
 from tests.faults.infra import create_topics, unique
 from tests.faults.oracle import Record, ledger_entries, read_all

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-import relay.stack
+import outbox_relay.stack
 from tests.faults.conftest import PrivateStack, Scenario
 from tests.faults.infra import (
     create_topics,
@@ -72,7 +72,8 @@ def test_broker_outage_backs_off_deletes_nothing_unsent_and_drains_after_restart
         started = time.monotonic()
         wait_until(lambda: outbox_count(url) < n, 600, "the drain to start", diagnose=proc.tail)
         before_stop = outbox_ids(url)
-        relay.stack.stop_kafka(private_stack.dir)  # SIGTERM: the broker's controlled shutdown
+        # SIGTERM: the broker's controlled shutdown.
+        outbox_relay.stack.stop_kafka(private_stack.dir)
         stopped = time.monotonic()
         at_stop = outbox_ids(url)
         in_flight = session_ids(url)
@@ -82,7 +83,7 @@ def test_broker_outage_backs_off_deletes_nothing_unsent_and_drains_after_restart
             assert proc.alive(), f"the relay exited during the outage\n{proc.tail()}"
             time.sleep(0.5)
         before_restart = outbox_ids(url)
-        relay.stack.start_kafka(private_stack.dir)
+        outbox_relay.stack.start_kafka(private_stack.dir)
         restarted = time.monotonic()
         wait_until(lambda: outbox_count(url) == 0, 900, "the drain to complete",
                    diagnose=proc.tail)
@@ -149,12 +150,12 @@ def test_database_restart_mid_drain_reconnects_or_exits_clearly_and_completes(
         # Wait for a session in flight, so the crash lands inside a batch.
         with contextlib.suppress(AssertionError):
             wait_until(lambda: bool(session_ids(url)), 60, "a session in flight")
-        relay.stack.stop_postgres(private_stack.dir, hard=True)  # immediate: like a crash
+        outbox_relay.stack.stop_postgres(private_stack.dir, hard=True)  # immediate: like a crash
         crashed = time.monotonic()
         down_for = 10.0
         while time.monotonic() < crashed + down_for:
             time.sleep(0.5)
-        relay.stack.start_postgres(private_stack.dir)
+        outbox_relay.stack.start_postgres(private_stack.dir)
         restarted = time.monotonic()
 
         def settled() -> bool:

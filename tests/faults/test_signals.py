@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.stack import StackInfo
+from outbox_relay.stack import StackInfo
 from tests.faults.conftest import Scenario
 from tests.faults.infra import create_topics, outbox_count, outbox_ids, unique, wait_until
 from tests.faults.oracle import read_all, verdict

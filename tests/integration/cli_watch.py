@@ -26,7 +26,7 @@ def main() -> int:
             spawned.append(f"{event} {payload!r}"[:500])
 
     sys.addaudithook(hook)
-    from relay.cli import main as cli
+    from outbox_relay.cli import main as cli
 
     code = 1
     try:

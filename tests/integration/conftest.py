@@ -12,14 +12,14 @@ import psycopg2
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.config import Config
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.control.migrate import migrate
-from relay.stack import StackInfo
-from relay.stream.runner import RunResult, run
-from relay.stream.stop import StopSignal
-from relay.wiring import Relay, build_relay
+from outbox_relay.config import Config
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import migrate
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import RunResult, run
+from outbox_relay.stream.stop import StopSignal
+from outbox_relay.wiring import Relay, build_relay
 
 pytestmark = pytest.mark.integration
 

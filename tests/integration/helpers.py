@@ -37,7 +37,7 @@ class Msg:
 
 def partitioning_bytes(partition_key: str | None, key: bytes | None) -> bytes | None:
     """The tests' own statement of the partitioning rule, deliberately not imported from
-    the relay (relay.data.partitioning, SQL relay_partitioning_key): every oracle that
+    the relay (outbox_relay.data.partitioning, SQL relay_partitioning_key): every oracle that
     checks per-key order takes its keys from here."""
     return partition_key.encode("utf-8") if partition_key is not None else key
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from relay.config import Config
-from relay.control.claims import TopicLimits
-from relay.wiring import control_plane
+from outbox_relay.config import Config
+from outbox_relay.control.claims import TopicLimits
+from outbox_relay.wiring import control_plane
 
 
 class Party:
     """One relay's locks, claims and parking under its own fencing token, wired as the
-    relay wires them (relay.wiring.control_plane)."""
+    relay wires them (outbox_relay.wiring.control_plane)."""
 
     def __init__(self, config: Config, token: str) -> None:
         plane = control_plane(config, token, f"test-{token}")

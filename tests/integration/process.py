@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from relay.config import Config
+from outbox_relay.config import Config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def _value(value: Any) -> str:
 
 # How spark-submit finds the relay's jars: in spark-defaults.conf (installed by `make
 # setup` and by the session, tests/conftest.py), or not at all on first use, when the
-# relay runs itself once more as a spark-submit that has them (relay.launch.launcher).
+# relay runs itself once more as a spark-submit that has them (outbox_relay.launch.launcher).
 LAUNCH_PATHS = ("defaults", "first-use")
 
 

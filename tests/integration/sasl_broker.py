@@ -1,6 +1,6 @@
 """A private Kafka broker with SASL/PLAIN and ACLs, for the tests that need an authorizer.
 
-The same jars and launcher as the shared stack's broker (relay.stack.kafka), plus a
+The same jars and launcher as the shared stack's broker (outbox_relay.stack.kafka), plus a
 SASL_PLAINTEXT listener and KRaft's StandardAuthorizer. One broker per test session,
 started by the first test that asks for it and stopped at the end of the session.
 """
@@ -22,9 +22,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from relay.stack import kafka
-from relay.stack.paths import StackPaths
-from relay.stack.proc import HOST, pick_free_ports
+from outbox_relay.stack import kafka
+from outbox_relay.stack.paths import StackPaths
+from outbox_relay.stack.proc import HOST, pick_free_ports
 
 ADMIN = ("admin", "admin-secret")
 RELAY = ("relay", "relay-secret")

@@ -25,10 +25,10 @@ import pyspark
 import pytest
 from packaging.version import Version
 
-from relay.config.load import ENV_OVERRIDES, build_config
-from relay.control.db import Database
-from relay.control.migrate import SCHEMAS_DIR, migrate
-from relay.stack import StackInfo
+from outbox_relay.config.load import ENV_OVERRIDES, build_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import SCHEMAS_DIR, migrate
+from outbox_relay.stack import StackInfo
 from tests.integration.helpers import consume, create_topics, partitioning_bytes, query, unique
 from tests.integration.process import REPO, write_profile
 

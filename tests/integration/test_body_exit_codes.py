@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay.exit_codes import ExitCode
-from relay.stack import StackInfo
-from relay.stream.round import Round
-from relay.stream.stop import StopSignal
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.round import Round
+from outbox_relay.stream.stop import StopSignal
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     consume,

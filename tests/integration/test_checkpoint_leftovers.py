@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
-from relay.stream.stop import StopSignal
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
+from outbox_relay.stream.stop import StopSignal
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique, wait_for
 

@@ -13,14 +13,14 @@ import psycopg2
 import pytest
 from cloudevents.kafka import KafkaMessage, from_binary
 
-import relay
-from relay.config import TopicRule
-from relay.outbox.checks import jsonb_text
-from relay.rules import cloudevents as ce
-from relay.rules.cloudevent_topics import allowance
-from relay.rules.record_size import payload_allowance, payload_size
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_LEFT_OVER, EXIT_OK
+import outbox_relay
+from outbox_relay.config import TopicRule
+from outbox_relay.outbox.checks import jsonb_text
+from outbox_relay.rules import cloudevents as ce
+from outbox_relay.rules.cloudevent_topics import allowance
+from outbox_relay.rules.record_size import payload_allowance, payload_size
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_LEFT_OVER, EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import consume, create_topics, query, unique
 from tests.kafka_readback import Received
@@ -48,7 +48,7 @@ def publish(url: str, pubs: list[Pub]) -> dict[int, tuple[Pub, dt.datetime]]:
     try:
         for p in pubs:
             with conn:
-                i = relay.publish(conn, p.topic, p.value, key=p.key,
+                i = outbox_relay.publish(conn, p.topic, p.value, key=p.key,
                                   partition_key=p.partition_key, event_type=p.event_type,
                                   content_type=p.content_type)
                 out[i] = (p, dt.datetime.min)

@@ -1,5 +1,5 @@
-"""The CloudEvents rule of a topic (relay.rules.cloudevent_topics) agrees with its SQL twin
-(relay/schemas/0016), asked on the real PostgreSQL, and the claim's pre-filter lets every
+"""The CloudEvents rule of a topic (outbox_relay.rules.cloudevent_topics) agrees with its SQL twin
+(outbox_relay/schemas/0016), asked on the real PostgreSQL, and the claim's pre-filter lets every
 row the check refuses through to it."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from relay.config import TopicRule
-from relay.outbox.checks import jsonb_text
-from relay.rules import cloudevents as ce
-from relay.rules.cloudevent_topics import PLAIN, TopicFlags, allowance, message_problem
-from relay.rules.record_size import payload_size
+from outbox_relay.config import TopicRule
+from outbox_relay.outbox.checks import jsonb_text
+from outbox_relay.rules import cloudevents as ce
+from outbox_relay.rules.cloudevent_topics import PLAIN, TopicFlags, allowance, message_problem
+from outbox_relay.rules.record_size import payload_size
 
 pytestmark = pytest.mark.integration
 

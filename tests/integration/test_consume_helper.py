@@ -8,7 +8,7 @@ import threading
 import pytest
 from confluent_kafka import Producer
 
-from relay.stack import StackInfo
+from outbox_relay.stack import StackInfo
 from tests.integration.helpers import consume, create_topics, unique
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ does what Databricks' does: it finds the task's entry point by name among the in
 distribution's entry points, sets `sys.argv` to the task's parameters and calls it,
 dropping what it returns. `${workspace.file_path}` names a stand-in for the synced files
 whose conf/databricks.toml is the bundle's profile adapted to the local stack (no TLS, no
-SASL). The jars come from the local cache (relay.launch.spark_jars, what `outbox-relay
+SASL). The jars come from the local cache (outbox_relay.launch.spark_jars, what `outbox-relay
 jars` prints) as `--jars`, as a cluster's libraries do: the bundle's Maven libraries,
 and what a Databricks Runtime ships itself (the Kafka connector, Delta), which a local
 Spark lacks. An independent consumer then reads back every seeded message.
@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from relay.exit_codes import ExitCode
-from relay.launch.spark_jars import cached_jars
-from relay.stack import StackInfo
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.launch.spark_jars import cached_jars
+from outbox_relay.stack import StackInfo
 from tests.bundle import PROFILE, load_bundle, maven_coordinates, task_parameters
 from tests.integration.helpers import (
     Msg,

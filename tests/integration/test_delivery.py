@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.exit_codes import ExitCode
-from relay.ledger.delta import Ledger
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import (
     Msg,
@@ -176,8 +176,8 @@ def test_an_empty_outbox_runs_no_batch(
 ) -> None:
     import threading
 
-    from relay.control.pending import PENDING_TOPICS
-    from relay.stream.stop import StopSignal
+    from outbox_relay.control.pending import PENDING_TOPICS
+    from outbox_relay.stream.stop import StopSignal
 
     # Stop once the relay has been seen polling the empty outbox several times: each
     # poll is a chance for a batch, whatever the machine's speed.
@@ -207,7 +207,7 @@ def test_ledger_show_answers_from_the_command_line(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from relay.cli import main as cli
+    from outbox_relay.cli import main as cli
     from tests.integration.process import write_profile
 
     topic = unique("show")

@@ -13,12 +13,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 
-from relay.data import plan as plan_module
-from relay.data import sink
-from relay.stack import StackInfo
-from relay.stream import delivery as delivery_module
-from relay.stream.delivery import Delivery
-from relay.stream.runner import EXIT_OK
+from outbox_relay.data import plan as plan_module
+from outbox_relay.data import sink
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream import delivery as delivery_module
+from outbox_relay.stream.delivery import Delivery
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     Msg,

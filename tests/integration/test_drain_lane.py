@@ -16,12 +16,12 @@ from typing import Self
 
 import pytest
 
-from relay.control.claims import TopicLimits
-from relay.ledger.staging import COPY_LOCK_KEY
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
-from relay.stream.stop import StopSignal
-from relay.wiring import DRAIN_SUFFIX, control_plane, process_token
+from outbox_relay.control.claims import TopicLimits
+from outbox_relay.ledger.staging import COPY_LOCK_KEY
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
+from outbox_relay.stream.stop import StopSignal
+from outbox_relay.wiring import DRAIN_SUFFIX, control_plane, process_token
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     Msg,

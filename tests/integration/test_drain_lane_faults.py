@@ -3,7 +3,7 @@ every first appearance in key order, every key shape): its lock taken by another
 mid-round, its connection dropped by the server after a round, a stop during its write.
 
 A topic of 3,000 rows in claims of 150 moves to the drain lane after its first round
-(relay.stream.lanes); what the lane holds is read from PostgreSQL while it runs.
+(outbox_relay.stream.lanes); what the lane holds is read from PostgreSQL while it runs.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import psycopg2
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.config import Config
-from relay.control.db import Database
-from relay.control.pending import relays_polling
-from relay.stack import StackInfo
-from relay.stream import batch
-from relay.stream.runner import EXIT_INTERRUPTED, EXIT_OK, RunResult, run
-from relay.stream.stop import StopSignal
-from relay.wiring import DRAIN_SUFFIX, Relay, build_relay
+from outbox_relay.config import Config
+from outbox_relay.control.db import Database
+from outbox_relay.control.pending import relays_polling
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream import batch
+from outbox_relay.stream.runner import EXIT_INTERRUPTED, EXIT_OK, RunResult, run
+from outbox_relay.stream.stop import StopSignal
+from outbox_relay.wiring import DRAIN_SUFFIX, Relay, build_relay
 from tests.integration.conftest import ConfigFactory, run_in_thread
 from tests.integration.helpers import (
     Msg,
@@ -115,7 +115,7 @@ def test_a_connection_dropped_after_a_drain_round_gives_the_topic_back_at_once(
         return relays_polling(db)
 
     monkeypatch.setattr(batch, "relays_polling", dropped_before)
-    caplog.set_level(logging.ERROR, logger="relay.stream.lanes")
+    caplog.set_level(logging.ERROR, logger="outbox_relay.stream.lanes")
     thread, results = run_in_thread(lambda: _run(relay, available_now=True))
     assert wait_for(lambda: bool(at_fault), 120, 0.05), "the lane never reached make_way"
     (fault_at, before), = at_fault
@@ -131,7 +131,7 @@ def test_a_connection_dropped_after_a_drain_round_gives_the_topic_back_at_once(
     failures = relay.metrics.registry.get_sample_value(
         "outbox_relay_lane_failures_total", {"lane": "drain", "kind": "database_lost"})
     assert failures == 1
-    logged = [r.getMessage() for r in caplog.records if r.name == "relay.stream.lanes"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "outbox_relay.stream.lanes"]
     assert any("drain lane gave up its round (database_lost)" in m for m in logged), logged
     _all_arrived_in_order(stack, migrated_url, big, written)
 

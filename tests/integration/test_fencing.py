@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.config import Config
-from relay.control.claims import TopicLimits
-from relay.control.finish import finish
-from relay.stack import StackInfo
-from relay.stream.heartbeat import Heartbeat
-from relay.stream.stats import RelayStats
-from relay.stream.stop import StopSignal
-from relay.wiring import build_relay, new_round
+from outbox_relay.config import Config
+from outbox_relay.control.claims import TopicLimits
+from outbox_relay.control.finish import finish
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.heartbeat import Heartbeat
+from outbox_relay.stream.stats import RelayStats
+from outbox_relay.stream.stop import StopSignal
+from outbox_relay.wiring import build_relay, new_round
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, create_topics, insert, query, unique, wait_for
 from tests.integration.parties import Party

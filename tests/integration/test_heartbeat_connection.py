@@ -11,11 +11,11 @@ from collections.abc import Collection, Iterator
 import psycopg2
 import pytest
 
-from relay.config import Config
-from relay.control.locks import Backoff, TopicLocks
-from relay.stream import heartbeat as heartbeat_module
-from relay.stream.heartbeat import Heartbeat
-from relay.wiring import control_plane
+from outbox_relay.config import Config
+from outbox_relay.control.locks import Backoff, TopicLocks
+from outbox_relay.stream import heartbeat as heartbeat_module
+from outbox_relay.stream.heartbeat import Heartbeat
+from outbox_relay.wiring import control_plane
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import unique
 

@@ -11,8 +11,8 @@ import logging
 import pytest
 from confluent_kafka.admin import AclOperation, AdminClient, NewPartitions
 
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique, wait_for
 from tests.integration.sasl_broker import (
@@ -112,7 +112,7 @@ def test_partitions_added_while_no_relay_ran_are_noticed_and_stored(
     assert wait_for(lambda: len(admin.list_topics(topic, timeout=10)
                                 .topics[topic].partitions) == 5, timeout_s=30)
     insert(migrated_url, [[Msg(topic, f"k{i}".encode(), b"after") for i in range(4)]])
-    caplog.set_level(logging.WARNING, logger="relay.stream.topic_check")
+    caplog.set_level(logging.WARNING, logger="outbox_relay.stream.topic_check")
 
     assert run_relay(make_config([topic], name="restarted")).exit_code == EXIT_OK
 

@@ -16,14 +16,14 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from relay.config import Config
-from relay.control.db import Database
-from relay.data.partitioning import partitioning_key_col
-from relay.data.read import read_current_batch
-from relay.ledger.delta import Ledger
-from relay.rules.partitioners import partition_for
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from outbox_relay.config import Config
+from outbox_relay.control.db import Database
+from outbox_relay.data.partitioning import partitioning_key_col
+from outbox_relay.data.read import read_current_batch
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.rules.partitioners import partition_for
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import (
     Msg,

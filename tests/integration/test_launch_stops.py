@@ -1,7 +1,7 @@
 """A stop at any moment of a launch ends it with the mode's stop code, never 143.
 
 On first use spark-submit's JVM lacks the relay's jars, so its Python becomes a launcher
-of a second spark-submit that has them (relay.launch.launcher). A supervisor signals the
+of a second spark-submit that has them (outbox_relay.launch.launcher). A supervisor signals the
 first one's pid only; the launcher forwards. A TERM forwarded while the second JVM was
 still starting, before its Python driver had its handlers, killed it, and the launcher
 reported 143, which no table of the relay's exit codes holds (docs/exit-codes.md).
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.exit_codes import ExitCode
-from relay.stack import StackInfo
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.stack import StackInfo
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import every_key_shape, insert, query, unique, wait_for
 from tests.integration.process import kill_group, launch_env, spark_submit, write_profile

@@ -1,7 +1,7 @@
 """The Delta ledger never loses a staged record: concurrent copiers, shared paths, dead backends.
 
-Records are staged the way relay.control.finish stages them (rows in relay_ledger_staging); what
-Delta holds is read back from the Delta table on disk.
+Records are staged the way outbox_relay.control.finish stages them (rows in relay_ledger_staging);
+what Delta holds is read back from the Delta table on disk.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import psycopg2
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.config import Config
-from relay.config.load import build_config
-from relay.control.db import Database, Params
-from relay.control.migrate import migrate
-from relay.errors import DatabaseUnavailableError, RelayError
-from relay.ledger.delta import Ledger
-from relay.stack import StackInfo
+from outbox_relay.config import Config
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database, Params
+from outbox_relay.control.migrate import migrate
+from outbox_relay.errors import DatabaseUnavailableError, RelayError
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.stack import StackInfo
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import query, wait_for
 

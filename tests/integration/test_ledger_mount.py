@@ -24,9 +24,9 @@ import pytest
 from deltalake.exceptions import CommitFailedError
 from pyspark.sql import SparkSession
 
-from relay.control.db import Database
-from relay.errors import RelayError
-from relay.ledger.delta import Ledger
+from outbox_relay.control.db import Database
+from outbox_relay.errors import RelayError
+from outbox_relay.ledger.delta import Ledger
 from tests.integration.conftest import ConfigFactory
 from tests.integration.test_ledger_writers import (
     _engines,
@@ -106,7 +106,7 @@ def test_a_delta_rs_commit_refused_like_on_a_volume_falls_back_to_spark_once(
     _stage(migrated_url, records[:4])
     ledger = make_ledger("auto", path)
     assert not ledger.in_jvm, "auto picks delta-rs for a local path"
-    caplog.set_level(logging.WARNING, logger="relay.ledger.delta")
+    caplog.set_level(logging.WARNING, logger="outbox_relay.ledger.delta")
 
     copied = ledger.flush()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

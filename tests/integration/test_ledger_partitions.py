@@ -21,16 +21,16 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from relay.config import Config
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.control.migrate import SCHEMAS_DIR, migrate
-from relay.errors import DatabaseError
-from relay.ledger import staging
-from relay.ledger.delta import Ledger
-from relay.ledger.rows import LEDGER_COLUMNS
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from outbox_relay.config import Config
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import SCHEMAS_DIR, migrate
+from outbox_relay.errors import DatabaseError
+from outbox_relay.ledger import staging
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.ledger.rows import LEDGER_COLUMNS
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import (
     Msg,

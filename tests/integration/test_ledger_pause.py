@@ -2,7 +2,7 @@
 value back only once that copy ended, even when the stop gave up waiting for it.
 
 A real copy of staged records through Delta's Spark writer is held at the failpoint
-before its write (relay.failpoints, `ledger_copy_held`) while the copier's stop runs its
+before its write (outbox_relay.failpoints, `ledger_copy_held`) while the copier's stop runs its
 waits (shortened here) and returns; the setting is the shared test SparkSession's.
 """
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from relay import failpoints
-from relay.control.db import Database
-from relay.ledger import flusher
-from relay.ledger.delta import Ledger
-from relay.ledger.flusher import LedgerFlusher
-from relay.ledger.pause import AUTO_COMPACT
+from outbox_relay import failpoints
+from outbox_relay.control.db import Database
+from outbox_relay.ledger import flusher
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.ledger.flusher import LedgerFlusher
+from outbox_relay.ledger.pause import AUTO_COMPACT
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import query, wait_for
 from tests.integration.test_ledger_writers import _records, _stage, _staged_count

@@ -16,14 +16,14 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from relay.config import Config
-from relay.control.db import Database
-from relay.control.migrate import SCHEMAS_DIR
-from relay.exit_codes import ExitCode
-from relay.ledger.delta import Ledger
-from relay.ledger.delta_read import open_table
-from relay.ledger.lookup import delta_records
-from relay.stack import StackInfo
+from outbox_relay.config import Config
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import SCHEMAS_DIR
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.ledger.delta_read import open_table
+from outbox_relay.ledger.lookup import delta_records
+from outbox_relay.stack import StackInfo
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import (
     Msg,

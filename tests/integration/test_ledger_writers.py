@@ -4,9 +4,9 @@ same rows whoever copies them, each writer appends to a table the other began, a
 Delta already has under the outbox's origin is not written twice, and staging is emptied
 only once Delta holds the rows.
 
-Records are staged as relay.control.finish stages them (rows of relay_ledger_staging);
+Records are staged as outbox_relay.control.finish stages them (rows of relay_ledger_staging);
 what Delta holds is read back from the table on disk, with Spark and with delta-rs (the
-`ledger show` path, relay.ledger.lookup).
+`ledger show` path, outbox_relay.ledger.lookup).
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-import relay.ledger.staging
-from relay.config import Config
-from relay.control.db import Database
-from relay.errors import RelayError
-from relay.ledger.delta import Ledger
-from relay.ledger.delta_rs import DeltaRsWriter
-from relay.ledger.lookup import lookup
-from relay.ledger.rows import LEDGER_COLUMNS
-from relay.rules.partitioners import partition_for
+import outbox_relay.ledger.staging
+from outbox_relay.config import Config
+from outbox_relay.control.db import Database
+from outbox_relay.errors import RelayError
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.ledger.delta_rs import DeltaRsWriter
+from outbox_relay.ledger.lookup import lookup
+from outbox_relay.ledger.rows import LEDGER_COLUMNS
+from outbox_relay.rules.partitioners import partition_for
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import query
 
@@ -259,13 +259,13 @@ def test_staging_is_emptied_only_once_delta_holds_the_rows(
     total = sum(len(r[3]) for r in records)
     _stage(migrated_url, records)
     in_delta_at_removal: list[int] = []
-    remove = relay.ledger.staging.remove_batch
+    remove = outbox_relay.ledger.staging.remove_batch
 
     def watched(db: Database, backend: int, copy_batch: int) -> None:
         in_delta_at_removal.append(DeltaTable(str(path)).to_pyarrow_table().num_rows)
         remove(db, backend, copy_batch)
 
-    monkeypatch.setattr(relay.ledger.staging, "remove_batch", watched)
+    monkeypatch.setattr(outbox_relay.ledger.staging, "remove_batch", watched)
     assert make_ledger(writer, path).flush() == 1
     assert in_delta_at_removal == [total]
     assert _staged_count(migrated_url) == 0

@@ -19,12 +19,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
-from relay.config import Config
-from relay.observe.runtime import OTHER_TOPICS
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK, run
-from relay.stream.stop import StopSignal
-from relay.wiring import build_relay
+from outbox_relay.config import Config
+from outbox_relay.observe.runtime import OTHER_TOPICS
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK, run
+from outbox_relay.stream.stop import StopSignal
+from outbox_relay.wiring import build_relay
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     Msg,

@@ -24,8 +24,8 @@ import pytest
 from deltalake import DeltaTable
 from PIL import Image
 
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_LEFT_OVER
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_LEFT_OVER
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import Msg, create_topics, insert, query, unique
 from tests.integration.process import REPO, write_profile

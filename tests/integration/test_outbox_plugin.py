@@ -1,4 +1,4 @@
-"""The `outbox` fixture (relay.testing, the pytest11 entry point outbox_relay) in an
+"""The `outbox` fixture (outbox_relay.testing, the pytest11 entry point outbox_relay) in an
 application's own test run: pytester writes the application's tests, runs them in a
 pytest process of their own (the plugin comes from the installed entry point, as in an
 application's venv), against a fresh migrated database with an `orders` table.
@@ -17,8 +17,8 @@ import asyncpg
 import psycopg2
 import pytest
 
-from relay.errors import MigrationError
-from relay.testing import Outbox
+from outbox_relay.errors import MigrationError
+from outbox_relay.testing import Outbox
 from tests.integration.doc_snippets import not_run
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-import relay
+import outbox_relay
 
 URL = os.environ["DATABASE_URL"]
 
@@ -88,14 +88,14 @@ def conn(shared):
 def committed(topic, key):
     with psycopg2.connect(URL) as other, other.cursor() as cur:
         cur.execute("INSERT INTO orders VALUES (%s, 1)", (int(key.split("-")[1]),))
-        relay.publish(other, topic, b"committed", key=key)
+        outbox_relay.publish(other, topic, b"committed", key=key)
     other.close()
 
 
 def test_a_passing_assertion(conn, outbox):
-    relay.publish(conn, "orders.created", b'{"id": 1}', key="order-1",
+    outbox_relay.publish(conn, "orders.created", b'{"id": 1}', key="order-1",
                   headers={"tenant": "eu"}, event_type="shop.order.created")
-    relay.publish(conn, "invoices", "invoice 1", partition_key="customer-7")
+    outbox_relay.publish(conn, "invoices", "invoice 1", partition_key="customer-7")
     [m] = outbox.assert_published(conn, "orders.created", key=b"order-1", value=b'{"id": 1}',
                                   headers={"tenant": "eu"}, event_type="shop.order.created")
     assert (m.topic, m.key, m.value) == ("orders.created", b"order-1", b'{"id": 1}')
@@ -110,8 +110,8 @@ def test_a_passing_assertion(conn, outbox):
 
 
 def test_b_a_failing_assertion_says_what_was_published(conn, outbox):
-    relay.publish(conn, "orders.created", b'{"id": 1}', key="order-1")
-    relay.publish(conn, "orders.created", b"x" * 500, key="order-2")
+    outbox_relay.publish(conn, "orders.created", b'{"id": 1}', key="order-1")
+    outbox_relay.publish(conn, "orders.created", b"x" * 500, key="order-2")
     outbox.assert_published(conn, "orders.created", key="order-3")
 
 
@@ -122,11 +122,11 @@ def test_c_nothing_leaks_from_the_rolled_back_tests(conn, outbox):
 
 def test_d_rows_committed_before_do_not_count(conn, outbox):
     committed("orders.created", "order-5")
-    relay.publish(conn, "orders.created", b"before", key="order-6")
+    outbox_relay.publish(conn, "orders.created", b"before", key="order-6")
     conn.commit()  # this transaction ends: its row is committed, the next one starts empty
     committed("orders.created", "order-7")
     outbox.assert_nothing_published(conn, "orders.created")
-    relay.publish(conn, "orders.created", b"mine", key="order-8")
+    outbox_relay.publish(conn, "orders.created", b"mine", key="order-8")
     [m] = outbox.assert_published(conn, "orders.created", count=1)
     assert m.value == b"mine"
 
@@ -135,13 +135,13 @@ def test_e_savepoints_count_unless_rolled_back():
     with psycopg.connect(URL) as conn:
         conn.execute("INSERT INTO orders VALUES (11, 1)")  # begins the test's transaction
         with conn.transaction():  # a savepoint inside it, released
-            relay.publish(conn, "orders.created", b"kept", key="k")
+            outbox_relay.publish(conn, "orders.created", b"kept", key="k")
         with conn.transaction():
-            relay.publish(conn, "orders.created", b"dropped", key="d")
+            outbox_relay.publish(conn, "orders.created", b"dropped", key="d")
             raise psycopg.Rollback()  # this savepoint only
         with conn.transaction():  # still open while the outbox is read
-            relay.publish(conn, "orders.created", b"open", key="o")
-            from relay.testing import Outbox
+            outbox_relay.publish(conn, "orders.created", b"open", key="o")
+            from outbox_relay.testing import Outbox
             assert [m.value for m in Outbox().published(conn)] == [b"kept", b"open"]
         conn.rollback()
 
@@ -150,19 +150,19 @@ def test_f_sqlalchemy_session_and_connection(outbox):
     engine = create_engine(URL.replace("postgresql://", "postgresql+psycopg://"))
     with Session(engine) as session, session.begin():
         session.execute(text("INSERT INTO orders VALUES (9, 1)"))
-        relay.publish(session, "orders.created", b'{"id": 9}', key="order-9")
+        outbox_relay.publish(session, "orders.created", b'{"id": 9}', key="order-9")
         outbox.assert_published(session, "orders.created", json={"id": 9}, count=1)
         session.rollback()
     with engine.connect() as connection:
         with connection.begin() as tx:
-            relay.publish(connection, "invoices", b"9")
+            outbox_relay.publish(connection, "invoices", b"9")
             outbox.assert_published(connection, "invoices", value="9", key=None)
             tx.rollback()
     engine.dispose()
 
 
 def test_g_nothing_published_fails_with_the_list(conn, outbox):
-    relay.publish(conn, "orders.created", None, key="order-10", headers={"h": "v"})
+    outbox_relay.publish(conn, "orders.created", None, key="order-10", headers={"h": "v"})
     outbox.assert_nothing_published(conn)
 '''
 

@@ -1,4 +1,4 @@
-"""The ledger outcomes the database accepts are exactly relay.rules.outcomes.Outcome.
+"""The ledger outcomes the database accepts are exactly outbox_relay.rules.outcomes.Outcome.
 
 Read back from the migrated database's CHECK constraints (schemas 0006, 0012), not from
 the files: a value either side lacks would fail a ledger insert at run time.
@@ -11,7 +11,7 @@ import re
 import psycopg2
 import pytest
 
-from relay.rules.outcomes import OPERATOR_OUTCOMES, Outcome
+from outbox_relay.rules.outcomes import OPERATOR_OUTCOMES, Outcome
 
 pytestmark = pytest.mark.integration
 

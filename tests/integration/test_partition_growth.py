@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from relay.control.db import Database
-from relay.ledger import staging
-from relay.rules.partitioners import partition_for
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from outbox_relay.control.db import Database
+from outbox_relay.ledger import staging
+from outbox_relay.rules.partitioners import partition_for
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import (
     Msg,

@@ -21,9 +21,9 @@ from confluent_kafka import KafkaError, Message, Producer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from relay.data.partitioning import Partitioner, partition_col, partition_for
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from outbox_relay.data.partitioning import Partitioner, partition_col, partition_for
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import (
     Msg,

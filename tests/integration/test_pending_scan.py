@@ -1,4 +1,4 @@
-"""The outbox's pending-topics scan (relay.control.pending), which every poll and round
+"""The outbox's pending-topics scan (outbox_relay.control.pending), which every poll and round
 runs, while a transaction elsewhere holds the horizon: the index entries of the rows a
 drain deleted cannot be removed then, and the scan must not step over them."""
 
@@ -11,9 +11,9 @@ from typing import Any
 import psycopg2
 import pytest
 
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.control.pending import PENDING_TOPICS, TopicFilter, pending_topics
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.pending import PENDING_TOPICS, TopicFilter, pending_topics
 from tests.integration.helpers import query, unique
 
 pytestmark = pytest.mark.integration

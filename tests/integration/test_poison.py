@@ -7,10 +7,10 @@ import random
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.control.db import Database
-from relay.ledger.delta import Ledger
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_LEFT_OVER, EXIT_OK
+from outbox_relay.control.db import Database
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_LEFT_OVER, EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
 
@@ -139,7 +139,7 @@ def test_missing_topic_parks_under_park_and_requeue_brings_it_back(
     assert [i for i, _ in _values(migrated_url, "relay_parked_messages")] == ids
 
     create_topics(stack.kafka_bootstrap, {topic: 1})
-    from relay.control import parking
+    from outbox_relay.control import parking
 
     db = Database(config.postgres)
     try:

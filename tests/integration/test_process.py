@@ -11,10 +11,10 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from relay.app import print_summary
-from relay.exit_codes import ExitCode
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_INTERRUPTED, EXIT_OK
+from outbox_relay.app import print_summary
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_INTERRUPTED, EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     Msg,

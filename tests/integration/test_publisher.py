@@ -17,17 +17,17 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 from sqlalchemy.pool import NullPool
 
-import relay
-from relay import Message
-from relay.errors import (
+import outbox_relay
+from outbox_relay import Message
+from outbox_relay.errors import (
     DatabaseError,
     DatabaseUnavailableError,
     InvalidMessageError,
     NoTransactionError,
 )
-from relay.outbox.publisher import PAGE_ROWS
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from outbox_relay.outbox.publisher import PAGE_ROWS
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import consume, create_topics, query, unique
 from tests.integration.wire_count import WireCounter
@@ -95,11 +95,11 @@ def test_committed_messages_are_relayed_with_their_headers_and_rolled_back_ones_
         messages = key_shapes(topic, adapter)
         with transaction(adapter, migrated_url) as conn:
             first = messages[0]
-            ids = [relay.publish(conn, first.topic, first.value, key=first.key)]
-            ids += relay.publish_many(conn, messages[1:])
+            ids = [outbox_relay.publish(conn, first.topic, first.value, key=first.key)]
+            ids += outbox_relay.publish_many(conn, messages[1:])
         sent.update(zip(ids, messages, strict=True))
         with transaction(adapter, migrated_url, commit=False) as conn:
-            relay.publish_many(conn, key_shapes(topic, f"rolled-back-{adapter}"))
+            outbox_relay.publish_many(conn, key_shapes(topic, f"rolled-back-{adapter}"))
     assert count(migrated_url) == len(sent)
 
     result = run_relay(make_config([topic]))
@@ -130,7 +130,7 @@ def test_ids_come_back_in_input_order_and_a_rollback_leaves_nothing(
 ) -> None:
     messages = [Message("orders", f"v{i}", key=f"k{i % 3}") for i in range(PAGE_ROWS + 5)]
     with transaction(adapter, migrated_url, commit=False) as conn:
-        ids = relay.publish_many(conn, messages)
+        ids = outbox_relay.publish_many(conn, messages)
         assert len(ids) == len(messages)
         with_values = _rows_seen_by(conn, ids)
         assert with_values == [m.value for m in messages], "ids out of input order"
@@ -151,39 +151,43 @@ def _rows_seen_by(conn: Any, ids: list[int]) -> list[str]:
 
 
 BAD: list[tuple[str, Callable[[Any], object], type[Exception], str]] = [
-    ("illegal topic", lambda c: relay.publish(c, "orders/eu", b"v"),
+    ("illegal topic", lambda c: outbox_relay.publish(c, "orders/eu", b"v"),
      InvalidMessageError, "topic name 'orders/eu' is illegal"),
-    ("topic with a trailing newline", lambda c: relay.publish(c, "orders\n", b"v"),
+    ("topic with a trailing newline", lambda c: outbox_relay.publish(c, "orders\n", b"v"),
      InvalidMessageError, "is illegal"),
-    ("reserved header", lambda c: relay.publish(c, "orders", b"v", headers={PREFIX + "id": "7"}),
+    ("reserved header",
+     lambda c: outbox_relay.publish(c, "orders", b"v", headers={PREFIX + "id": "7"}),
      InvalidMessageError, "uses the reserved prefix outbox-relay."),
-    ("custom reserved prefix", lambda c: relay.publish(
+    ("custom reserved prefix", lambda c: outbox_relay.publish(
         c, "orders", b"v", headers={"acme.id": "7"}, header_prefix="acme."),
      InvalidMessageError, "uses the reserved prefix acme."),
-    ("header value not a str", lambda c: relay.publish(c, "orders", b"v", headers={"n": 1}),
+    ("header value not a str", lambda c: outbox_relay.publish(c, "orders", b"v", headers={"n": 1}),
      InvalidMessageError, "header values must be strings: 'n' is int"),
-    ("nested header value", lambda c: relay.publish(c, "orders", b"v", headers={"n": {"a": "b"}}),
+    ("nested header value",
+     lambda c: outbox_relay.publish(c, "orders", b"v", headers={"n": {"a": "b"}}),
      InvalidMessageError, "header values must be strings"),
-    ("headers not a mapping", lambda c: relay.publish(c, "orders", b"v", headers=[("a", "b")]),
+    ("headers not a mapping",
+     lambda c: outbox_relay.publish(c, "orders", b"v", headers=[("a", "b")]),
      InvalidMessageError, "headers must be a mapping"),
-    ("NUL in a header", lambda c: relay.publish(c, "orders", b"v", headers={"a": "x\x00"}),
+    ("NUL in a header", lambda c: outbox_relay.publish(c, "orders", b"v", headers={"a": "x\x00"}),
      InvalidMessageError, "NUL"),
-    ("value of another type", lambda c: relay.publish(c, "orders", 42),
+    ("value of another type", lambda c: outbox_relay.publish(c, "orders", 42),
      InvalidMessageError, "value must be bytes, str or None, not int"),
-    ("key of another type", lambda c: relay.publish(c, "orders", b"v", key=7),
+    ("key of another type", lambda c: outbox_relay.publish(c, "orders", b"v", key=7),
      InvalidMessageError, "key must be bytes, str or None, not int"),
-    ("partition_key bytes", lambda c: relay.publish(c, "orders", b"v", partition_key=b"p"),
+    ("partition_key bytes", lambda c: outbox_relay.publish(c, "orders", b"v", partition_key=b"p"),
      InvalidMessageError, "partition_key must be str or None, not bytes"),
-    ("too big by default", lambda c: relay.publish(c, "orders", b"x" * 1_048_576),
+    ("too big by default", lambda c: outbox_relay.publish(c, "orders", b"x" * 1_048_576),
      InvalidMessageError, "over the limit of"),
-    ("too big for the caller's limit", lambda c: relay.publish(
+    ("too big for the caller's limit", lambda c: outbox_relay.publish(
         c, "orders", "é" * 50, key=b"k", max_bytes=100),
      InvalidMessageError, "message is 101 bytes, over the limit of 100"),
-    ("one bad message among good ones", lambda c: relay.publish_many(
+    ("one bad message among good ones", lambda c: outbox_relay.publish_many(
         c, [Message("orders", b"ok"), Message("orders", b"ok"), Message("or ders", b"bad")]),
      InvalidMessageError, "message 2: topic name 'or ders' is illegal"),
-    ("not a Message", lambda c: relay.publish_many(c, [Message("orders", b"ok"), ("t", b"v")]),
-     InvalidMessageError, "message 1: must be a relay.Message, not tuple"),
+    ("not a Message",
+     lambda c: outbox_relay.publish_many(c, [Message("orders", b"ok"), ("t", b"v")]),
+     InvalidMessageError, "message 1: must be a outbox_relay.Message, not tuple"),
 ]
 
 
@@ -210,19 +214,19 @@ def test_outside_a_transaction_it_refuses_unless_told_otherwise(migrated_url: st
             sa_auto.begin()  # a no-op under AUTOCOMMIT: the DBAPI connection commits each row
             for conn in (pg2, pg3, sa_auto, sa_idle):
                 with pytest.raises(NoTransactionError, match="outside a transaction"):
-                    relay.publish(conn, "orders", b"v")
+                    outbox_relay.publish(conn, "orders", b"v")
             assert count(migrated_url) == 0
             for conn in (pg2, pg3, sa_auto):  # committed at once: another session sees them
-                relay.publish(conn, "orders", b"v", allow_autocommit=True)
+                outbox_relay.publish(conn, "orders", b"v", allow_autocommit=True)
             assert count(migrated_url) == 3
-            relay.publish(sa_idle, "orders", b"v", allow_autocommit=True)
+            outbox_relay.publish(sa_idle, "orders", b"v", allow_autocommit=True)
             assert sa_idle.in_transaction(), "SQLAlchemy began a transaction for it"
             sa_idle.commit()
             assert count(migrated_url) == 4
         with pg3.transaction():  # psycopg's explicit transaction on an autocommit connection
-            relay.publish(pg3, "orders", b"v")
+            outbox_relay.publish(pg3, "orders", b"v")
         pg2.cursor().execute("BEGIN")  # an explicit one on an autocommit psycopg2 connection
-        relay.publish(pg2, "orders", b"v")
+        outbox_relay.publish(pg2, "orders", b"v")
         pg2.cursor().execute("ROLLBACK")
         assert count(migrated_url) == 5
     finally:
@@ -253,7 +257,7 @@ def test_publish_many_takes_one_round_trip_per_page(migrated_url: str, adapter: 
             # dialect's first-connect queries are no part of the publish.
             _rows_seen_by(conn, [])
             before = proxy.requests
-            ids = relay.publish_many(conn, messages)
+            ids = outbox_relay.publish_many(conn, messages)
             trips = proxy.requests - before
     finally:
         proxy.close()
@@ -278,12 +282,12 @@ def test_connection_variants_applications_use(migrated_url: str) -> None:
     engine = _engine(migrated_url, "psycopg2")
     scoped = scoped_session(sessionmaker(engine))
     try:
-        assert relay.publish_many(pg2, [Message("orders", b"a")] * 2) == [1, 2]
+        assert outbox_relay.publish_many(pg2, [Message("orders", b"a")] * 2) == [1, 2]
         pg2.commit()
-        assert relay.publish(pg3, "orders", b"b") == 3
+        assert outbox_relay.publish(pg3, "orders", b"b") == 3
         pg3.commit()
         scoped.begin()
-        assert relay.publish(scoped, "orders", b"c") == 4
+        assert outbox_relay.publish(scoped, "orders", b"c") == 4
         scoped.commit()
         assert count(migrated_url) == 4
     finally:
@@ -293,7 +297,7 @@ def test_connection_variants_applications_use(migrated_url: str) -> None:
         pg3.close()
     for closed in (pg2, pg3):
         with pytest.raises(DatabaseUnavailableError, match="the connection is closed"):
-            relay.publish(closed, "orders", b"v")
+            outbox_relay.publish(closed, "orders", b"v")
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
@@ -303,6 +307,6 @@ def test_a_driver_error_becomes_the_projects_own(database_url: str, adapter: str
     missing = 'relation "kafka_messages" does not exist'
     with (pytest.raises(DatabaseError, match=missing) as caught,
           transaction(adapter, database_url, commit=False) as conn):
-        relay.publish(conn, "orders", b"v")
+        outbox_relay.publish(conn, "orders", b"v")
     assert not isinstance(caught.value, DatabaseUnavailableError)
     assert caught.value.__cause__ is not None

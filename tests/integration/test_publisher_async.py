@@ -17,17 +17,17 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.pool import NullPool
 
-import relay
-from relay import Message
-from relay.errors import (
+import outbox_relay
+from outbox_relay import Message
+from outbox_relay.errors import (
     DatabaseError,
     DatabaseUnavailableError,
     InvalidMessageError,
     NoTransactionError,
 )
-from relay.outbox.statement import PAGE_ROWS
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from outbox_relay.outbox.statement import PAGE_ROWS
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import consume, create_topics, query, unique
 from tests.integration.test_publisher import PREFIX, count, key_shapes
@@ -112,11 +112,13 @@ def test_committed_messages_are_relayed_and_rolled_back_ones_are_not(
             messages = key_shapes(topic, driver)
             async with transaction(driver, migrated_url) as conn:
                 first = messages[0]
-                ids = [await relay.publish_async(conn, first.topic, first.value, key=first.key)]
-                ids += await relay.publish_many_async(conn, messages[1:])
+                ids = [await outbox_relay.publish_async(conn, first.topic, first.value,
+                                                        key=first.key)]
+                ids += await outbox_relay.publish_many_async(conn, messages[1:])
             sent.update(zip(ids, messages, strict=True))
             async with transaction(driver, migrated_url, commit=False) as conn:
-                await relay.publish_many_async(conn, key_shapes(topic, f"rolled-back-{driver}"))
+                await outbox_relay.publish_many_async(
+                    conn, key_shapes(topic, f"rolled-back-{driver}"))
 
     run(publish_all)
     assert count(migrated_url) == len(sent) == 7 * len(DRIVERS)
@@ -145,10 +147,10 @@ def test_committed_messages_are_relayed_and_rolled_back_ones_are_not(
 def test_outside_a_transaction_it_refuses_unless_told_otherwise(migrated_url: str) -> None:
     async def refuse_then_allow(conn: Any) -> None:
         with pytest.raises(NoTransactionError, match="outside a transaction"):
-            await relay.publish_async(conn, "orders", b"v")
+            await outbox_relay.publish_async(conn, "orders", b"v")
         with pytest.raises(NoTransactionError, match="outside a transaction"):
-            await relay.publish_many_async(conn, [Message("orders", b"v")])
-        await relay.publish_async(conn, "orders", b"v", allow_autocommit=True)
+            await outbox_relay.publish_many_async(conn, [Message("orders", b"v")])
+        await outbox_relay.publish_async(conn, "orders", b"v", allow_autocommit=True)
 
     async def scenario() -> list[int]:
         counts = []
@@ -171,16 +173,16 @@ def test_outside_a_transaction_it_refuses_unless_told_otherwise(migrated_url: st
                     await target.commit()
                     counts.append(count(migrated_url))
             async with pg.transaction():  # psycopg's explicit transaction, on autocommit
-                await relay.publish_async(pg, "orders", b"v")
+                await outbox_relay.publish_async(pg, "orders", b"v")
             async with apg.transaction():
-                await relay.publish_async(apg, "orders", b"v")
+                await outbox_relay.publish_async(apg, "orders", b"v")
             counts.append(count(migrated_url))
             async with asyncpg.create_pool(migrated_url, min_size=1, max_size=1) as pool, \
                     pool.acquire() as pooled:  # a pool's proxy of a Connection
                 with pytest.raises(NoTransactionError, match="no transaction started"):
-                    await relay.publish_async(pooled, "orders", b"v")
+                    await outbox_relay.publish_async(pooled, "orders", b"v")
                 async with pooled.transaction():
-                    await relay.publish_async(pooled, "orders", b"v")
+                    await outbox_relay.publish_async(pooled, "orders", b"v")
             counts.append(count(migrated_url))
         finally:
             await pg.close()
@@ -206,17 +208,17 @@ def test_a_bad_message_writes_none_and_a_page_boundary_is_two_statements(
     async def scenario() -> tuple[int, list[int]]:
         async with transaction(driver, proxy.url) as conn:
             with pytest.raises(InvalidMessageError, match="message 2: topic name 'or ders'"):
-                await relay.publish_many_async(
+                await outbox_relay.publish_many_async(
                     conn, [Message("orders", b"ok"), Message("orders", b"ok"),
                            Message("or ders", b"bad")])
             with pytest.raises(InvalidMessageError, match="reserved prefix"):
-                await relay.publish_async(conn, "orders", b"v", headers={PREFIX + "id": "1"})
+                await outbox_relay.publish_async(conn, "orders", b"v", headers={PREFIX + "id": "1"})
             assert await app_query(conn, "SELECT count(*) FROM kafka_messages") == [(0,)]
             # Once before counting: a driver's first run of a statement may prepare it
             # (asyncpg and SQLAlchemy's asyncpg adapter do), which is no part of paging.
-            await relay.publish_async(conn, "warm", b"up")
+            await outbox_relay.publish_async(conn, "warm", b"up")
             before = proxy.requests
-            ids = await relay.publish_many_async(conn, messages)
+            ids = await outbox_relay.publish_many_async(conn, messages)
             return proxy.requests - before, ids
 
     try:
@@ -238,12 +240,12 @@ def test_a_driver_error_becomes_the_projects_own(database_url: str, driver: str)
     async def scenario() -> tuple[BaseException, BaseException]:
         with pytest.raises(DatabaseError) as missing:
             async with transaction(driver, database_url, commit=False) as conn:
-                await relay.publish_async(conn, "orders", b"v")
+                await outbox_relay.publish_async(conn, "orders", b"v")
         with pytest.raises(DatabaseUnavailableError) as lost:
             async with transaction(driver, database_url, commit=False) as conn:
                 [(pid,)] = await app_query(conn, "SELECT pg_backend_pid()")
                 query(database_url, "SELECT pg_terminate_backend(%s)", (pid,))
-                await relay.publish_many_async(conn, [Message("orders", b"v")])
+                await outbox_relay.publish_many_async(conn, [Message("orders", b"v")])
         return missing.value, lost.value
 
     missing, lost = run(scenario)

@@ -1,6 +1,6 @@
 """The publisher's Python mirror of the relay's SQL rules agrees with the SQL itself.
 
-relay.outbox.checks measures headers as `headers::jsonb::text` and checks them as
+outbox_relay.outbox.checks measures headers as `headers::jsonb::text` and checks them as
 relay_message_problem does (schemas 0007, 0009). Both are asked the same adversarial
 questions here, on the real PostgreSQL: where they disagree, the publisher would let
 through what the relay parks or blocks on, or refuse what it would send.
@@ -15,8 +15,8 @@ from typing import Any
 import psycopg2
 import pytest
 
-from relay.errors import InvalidMessageError
-from relay.outbox.checks import Limits, Message, jsonb_text, outbox_row
+from outbox_relay.errors import InvalidMessageError
+from outbox_relay.outbox.checks import Limits, Message, jsonb_text, outbox_row
 
 pytestmark = pytest.mark.integration
 

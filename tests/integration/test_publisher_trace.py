@@ -35,11 +35,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
-import relay
-from relay import Message
-from relay.outbox.trace import SWITCH
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+import outbox_relay
+from outbox_relay import Message
+from outbox_relay.outbox.trace import SWITCH
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import consume, create_topics, unique
 from tests.without_opentelemetry import BLOCK_OPENTELEMETRY
@@ -115,20 +115,20 @@ def test_a_consumer_continues_the_publishers_trace(
                 ctx = span.get_span_context()
                 state = ctx.trace_state.to_header() or None
                 first, *rest = key_shapes(topic, adapter)
-                ids = [relay.publish(conn, topic, first.value, key=first.key)]
-                ids += relay.publish_many(conn, rest)
+                ids = [outbox_relay.publish(conn, topic, first.value, key=first.key)]
+                ids += outbox_relay.publish_many(conn, rest)
                 for i, m in zip(ids, [first, *rest], strict=True):
                     sent[i] = Sent(m, ctx.span_id, ctx.trace_id, int(ctx.trace_flags), state)
                 # Switched off per call, and the caller's own traceparent, in the span.
                 off = Message(topic, f"{adapter}:off", key=b"k-off")
                 own = Message(topic, f"{adapter}:own", key=None,
                               headers={"traceparent": CALLERS_OWN})
-                i_off, = relay.publish_many(conn, [off], trace_context=False)
-                i_own = relay.publish(conn, topic, own.value, headers=own.headers)
+                i_off, = outbox_relay.publish_many(conn, [off], trace_context=False)
+                i_own = outbox_relay.publish(conn, topic, own.value, headers=own.headers)
                 sent[i_off], sent[i_own] = Sent(off, None, None), Sent(own, None, None)
             # After the span: nothing current, no trace context.
             after = Message(topic, f"{adapter}:after", key="order-43", partition_key="c-9")
-            sent[relay.publish(conn, topic, after.value, key=after.key,
+            sent[outbox_relay.publish(conn, topic, after.value, key=after.key,
                                partition_key=after.partition_key)] = Sent(after, None, None)
     sent.update(_published_without_opentelemetry(migrated_url, topic))
 
@@ -194,14 +194,14 @@ _PUBLISH_WITHOUT_OPENTELEMETRY = BLOCK_OPENTELEMETRY + textwrap.dedent("""
     import json
 
     import psycopg2
-    import relay
+    import outbox_relay
 
     url, topic = sys.argv[1], sys.argv[2]
     with psycopg2.connect(url) as conn:
-        ids = relay.publish_many(conn, [
-            relay.Message(topic, "plain:none", key=None),
-            relay.Message(topic, b"plain:binary", key=b"\\x00\\x01", headers={"app": "shop"}),
-        ])
+        ids = outbox_relay.publish_many(conn, [
+            outbox_relay.Message(topic, "plain:none", key=None),
+            outbox_relay.Message(topic, b"plain:binary", key=b"\\x00\\x01", headers={"app":
+        "shop"}), ])
     print(json.dumps({"ids": ids, "asked": Blocker.asked,
                       "loaded": [m for m in sys.modules if m.startswith("opentelemetry")]}))
 """)

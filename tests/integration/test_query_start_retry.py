@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique, wait_for
 from tests.integration.process import kill_group, signal_group, spark_submit, write_profile

@@ -7,10 +7,10 @@ from collections import Counter, defaultdict
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
-from relay.stream.stop import StopSignal
-from relay.wiring import process_token
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
+from outbox_relay.stream.stop import StopSignal
+from outbox_relay.wiring import process_token
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     Msg,

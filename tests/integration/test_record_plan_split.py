@@ -1,4 +1,4 @@
-"""The read's split by batch size (relay.data.plan: one task for a batch of at most
+"""The read's split by batch size (outbox_relay.data.plan: one task for a batch of at most
 ONE_TASK_ROWS rows, `relay.read_partitions` above) and the whole plan planned once
 (RecordPlan.executable), on the real stack.
 
@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-import relay.data.plan
-import relay.data.read
-from relay.config import Config, PostgresConfig
-from relay.data.plan import ONE_TASK_ROWS, RecordPlan
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+import outbox_relay.data.plan
+import outbox_relay.data.read
+from outbox_relay.config import Config, PostgresConfig
+from outbox_relay.data.plan import ONE_TASK_ROWS, RecordPlan
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import (
     Msg,
@@ -59,13 +59,13 @@ def test_a_batch_of_at_most_one_task_s_rows_is_read_by_one_task_and_a_bigger_one
 def read_splits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The task count of every read the record plan builds."""
     seen: list[int] = []
-    read = relay.data.read.read_current_batch
+    read = outbox_relay.data.read.read_current_batch
 
     def spy(spark: SparkSession, pg: PostgresConfig, token: str, partitions: int) -> DataFrame:
         seen.append(partitions)
         return read(spark, pg, token, partitions)
 
-    monkeypatch.setattr(relay.data.plan, "read_current_batch", spy)
+    monkeypatch.setattr(outbox_relay.data.plan, "read_current_batch", spy)
     return seen
 
 
@@ -75,7 +75,7 @@ def test_every_key_shape_arrives_in_key_order_whether_the_read_is_split_or_not(
     monkeypatch: pytest.MonkeyPatch, read_splits: list[int], split: bool,
 ) -> None:
     if split:
-        monkeypatch.setattr(relay.data.plan, "ONE_TASK_ROWS", 5)
+        monkeypatch.setattr(outbox_relay.data.plan, "ONE_TASK_ROWS", 5)
     topics = {unique("split-a"): 3, unique("split-b"): 5}
     create_topics(stack.kafka_bootstrap, topics)
     msgs = every_key_shape(list(topics), 26)
@@ -130,7 +130,7 @@ def test_the_planned_once_plan_reads_what_the_plan_reads_and_each_current_batch_
     spark: SparkSession, migrated_url: str, make_config: ConfigFactory,
     monkeypatch: pytest.MonkeyPatch, one_task_rows: int,
 ) -> None:
-    monkeypatch.setattr(relay.data.plan, "ONE_TASK_ROWS", one_task_rows)
+    monkeypatch.setattr(outbox_relay.data.plan, "ONE_TASK_ROWS", one_task_rows)
     topic = unique("planned")
     config: Config = make_config([topic], relay={"read_partitions": READ_PARTITIONS})
     token = f"planned token\t{topic}\\"  # white space and a backslash travel in a setting

@@ -13,10 +13,10 @@ import random
 
 import pytest
 
-from relay.config import MAX_HEADER_PREFIX_BYTES, MAX_SOURCE_NAME_BYTES
-from relay.rules.record_size import payload_allowance
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_LEFT_OVER
+from outbox_relay.config import MAX_HEADER_PREFIX_BYTES, MAX_SOURCE_NAME_BYTES
+from outbox_relay.rules.record_size import payload_allowance
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_LEFT_OVER
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from relay.config import Config
-from relay.stack import StackInfo
-from relay.stream import runner
-from relay.stream.runner import EXIT_OK, RunResult
-from relay.stream.stop import StopSignal
+from outbox_relay.config import Config
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream import runner
+from outbox_relay.stream.runner import EXIT_OK, RunResult
+from outbox_relay.stream.stop import StopSignal
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     Msg,

@@ -1,4 +1,4 @@
-"""Each rule of relay/rules/ agrees with its SQL twin, asked on the real PostgreSQL.
+"""Each rule of outbox_relay/rules/ agrees with its SQL twin, asked on the real PostgreSQL.
 
 The same table of adversarial inputs goes to both runtimes: partition_key NULL, equal to
 the key's text or different from it; binary and NULL keys; illegal topic names; records at
@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from relay.outbox.checks import jsonb_text
-from relay.rules.headers import is_reserved
-from relay.rules.partitioners import partitioning_key
-from relay.rules.record_size import payload_size
-from relay.rules.topic_names import topic_name_problem
+from outbox_relay.outbox.checks import jsonb_text
+from outbox_relay.rules.headers import is_reserved
+from outbox_relay.rules.partitioners import partitioning_key
+from outbox_relay.rules.record_size import payload_size
+from outbox_relay.rules.topic_names import topic_name_problem
 
 pytestmark = pytest.mark.integration
 

@@ -11,12 +11,12 @@ from typing import Any
 import psycopg2
 import pytest
 
-from relay.config import Config
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.control.migrate import discover, migrate
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from outbox_relay.config import Config
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.migrate import discover, migrate
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import RelayRunner
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.exit_codes import ExitCode
-from relay.stack import StackInfo
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.stack import StackInfo
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique, wait_for
 from tests.integration.process import (

@@ -20,15 +20,15 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from relay.cli import main
-from relay.config import Config
-from relay.control import skipping
-from relay.control.claims import TopicLimits
-from relay.control.db import Database
-from relay.exit_codes import ExitCode
-from relay.ledger.delta import Ledger
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+from outbox_relay.cli import main
+from outbox_relay.config import Config
+from outbox_relay.control import skipping
+from outbox_relay.control.claims import TopicLimits
+from outbox_relay.control.db import Database
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique
 from tests.integration.parties import Party

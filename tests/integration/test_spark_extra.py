@@ -1,11 +1,11 @@
 """The installed wheel in a Python without the `[spark]` extra.
 
 The base install leaves pyspark, numpy and pyarrow to a Spark runtime or to the extra.
-Two venvs outside the checkout get the wheel (relay/launch/spark_extra.py): a plain one,
+Two venvs outside the checkout get the wheel (outbox_relay/launch/spark_extra.py): a plain one,
 as `pip install outbox-relay` leaves it, and one with pyspark and pyarrow but no numpy,
 which pandas used to bring. In each, the relay's run stops at start with one line that
 names the missing modules and the extra (exit 2, USAGE), never a traceback: through the
-`outbox-relay run` console script and through relay.app.main, which jobs/relay.py calls.
+`outbox-relay run` console script and through outbox_relay.app.main, which jobs/relay.py calls.
 The commands that need no Spark keep working in the plain venv.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from relay.exit_codes import ExitCode
-from relay.launch.packages import SPARK_VERSION
-from relay.launch.spark_extra import INSTALL, SPARK_EXTRA_MODULES
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.launch.packages import SPARK_VERSION
+from outbox_relay.launch.spark_extra import INSTALL, SPARK_EXTRA_MODULES
 from tests.integration.conftest import ConfigFactory
 from tests.integration.process import write_profile
 from tests.integration.wheel import build_wheel, installed, new_venv, pip_install
@@ -28,7 +28,7 @@ from tests.integration.wheel import build_wheel, installed, new_venv, pip_instal
 pytestmark = pytest.mark.integration
 
 # What jobs/relay.py does once it has found the package.
-APP_MAIN = "import sys; from relay.app import main; sys.exit(main())"
+APP_MAIN = "import sys; from outbox_relay.app import main; sys.exit(main())"
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-import relay.stack
-from relay.stack import StackInfo
+import outbox_relay.stack
+from outbox_relay.stack import StackInfo
 
 pytestmark = pytest.mark.integration
 
@@ -103,8 +103,8 @@ def test_topics_are_not_auto_created(stack: StackInfo) -> None:
 
 
 def test_up_twice_returns_the_same_info(stack: StackInfo) -> None:
-    assert relay.stack.up() == stack
-    assert relay.stack.status() == stack
+    assert outbox_relay.stack.up() == stack
+    assert outbox_relay.stack.status() == stack
 
 
 def test_env_lines_export_both_addresses(stack: StackInfo) -> None:
@@ -117,18 +117,18 @@ def test_env_lines_export_both_addresses(stack: StackInfo) -> None:
 def test_private_stack_restarts_each_service_on_its_ports(tmp_path: Path) -> None:
     stack_dir = tmp_path / "stack"
     try:
-        info = relay.stack.up(stack_dir, use_env=False)
-        relay.stack.stop_kafka(stack_dir, hard=True)
-        assert relay.stack.status(stack_dir, use_env=False) is None
-        assert relay.stack.start_kafka(stack_dir) == info.kafka_bootstrap
+        info = outbox_relay.stack.up(stack_dir, use_env=False)
+        outbox_relay.stack.stop_kafka(stack_dir, hard=True)
+        assert outbox_relay.stack.status(stack_dir, use_env=False) is None
+        assert outbox_relay.stack.start_kafka(stack_dir) == info.kafka_bootstrap
 
-        relay.stack.stop_postgres(stack_dir)
+        outbox_relay.stack.stop_postgres(stack_dir)
         with pytest.raises(psycopg2.OperationalError):
             _select(info.postgres_url, "SELECT 1")
-        assert relay.stack.start_postgres(stack_dir) == info.postgres_url
+        assert outbox_relay.stack.start_postgres(stack_dir) == info.postgres_url
         assert _select(info.postgres_url, "SELECT 1") == (1,)
-        assert relay.stack.status(stack_dir, use_env=False) == info
+        assert outbox_relay.stack.status(stack_dir, use_env=False) == info
     finally:
-        relay.stack.down(stack_dir)
-    assert relay.stack.status(stack_dir, use_env=False) is None
-    relay.stack.down(stack_dir)  # idempotent
+        outbox_relay.stack.down(stack_dir)
+    assert outbox_relay.stack.status(stack_dir, use_env=False) is None
+    outbox_relay.stack.down(stack_dir)  # idempotent

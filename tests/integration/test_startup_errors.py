@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.config.load import PASSWORD_ENV
+from outbox_relay.config.load import PASSWORD_ENV
 
 pytestmark = pytest.mark.integration
 

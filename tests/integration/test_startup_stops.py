@@ -1,6 +1,6 @@
 """The first seconds of a continuous relay, as a real spark-submit: a failure or a stop
 while the runner runs the rounds the query's first batch body will take over (the
-"bridge" rounds, relay.stream.starting) ends everything that started with it.
+"bridge" rounds, outbox_relay.stream.starting) ends everything that started with it.
 
 - A database error in the second bridge round: the query's first body is already waiting
   for its turn. It must not take the turn and run rounds for `relay.micro_batch_s`; the
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.exit_codes import ExitCode
-from relay.stack import StackInfo
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.stack import StackInfo
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import (
     Msg,

@@ -25,12 +25,12 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from relay.config import Config
-from relay.control.db import Database
-from relay.control.locks import Backoff, TopicLocks
-from relay.exit_codes import ExitCode
-from relay.observe.status import take_snapshot
-from relay.stack import StackInfo
+from outbox_relay.config import Config
+from outbox_relay.control.db import Database
+from outbox_relay.control.locks import Backoff, TopicLocks
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.observe.status import take_snapshot
+from outbox_relay.stack import StackInfo
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import Msg, create_topics, insert, query, unique
 from tests.integration.process import REPO, write_profile
@@ -45,7 +45,7 @@ def hook(event, args):
                  "os.system", "os.spawn"):
         spawned.append(event)
 sys.addaudithook(hook)
-from relay.cli import main
+from outbox_relay.cli import main
 code = main(sys.argv[1:])
 with open(os.environ["STATUS_PROBE"], "w") as f:
     json.dump({"modules": sorted(sys.modules), "spawned": spawned}, f)
@@ -86,7 +86,7 @@ AGO = "now() AT TIME ZONE 'UTC' - make_interval(secs => %s)"
 
 
 def _plant_states(url: str, o: dict[str, str]) -> None:
-    """The lock and error states as relays leave them (relay.control.locks)."""
+    """The lock and error states as relays leave them (outbox_relay.control.locks)."""
     conn = psycopg2.connect(url)
     with conn, conn.cursor() as cur:
         cur.execute("INSERT INTO kafka_topic_info (topic) SELECT unnest(%s::varchar[]) "
@@ -265,7 +265,7 @@ def test_thresholds_set_the_exit_code_and_an_estimate_is_marked(
 def test_status_says_backoff_exactly_when_a_relay_may_not_take_the_topic(
     make_config: ConfigFactory, migrated_url: str
 ) -> None:
-    """The backoff rule is one definition (relay.control.locks.IN_BACKOFF); this pins that
+    """The backoff rule is one definition (outbox_relay.control.locks.IN_BACKOFF); this pins that
     status and the lock statement read it alike, Deimos's rows without next_retry_at too."""
     cases = {  # topic -> (next_retry_at offset s, locked_at offset s), both None-able
         "future-retry": (300, 0), "past-retry": (-1, -10),

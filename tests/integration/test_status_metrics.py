@@ -15,11 +15,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.exit_codes import ExitCode
-from relay.observe import OTHER_TOPICS
-from relay.observe.collector import StatusCollector
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.observe import OTHER_TOPICS
+from outbox_relay.observe.collector import StatusCollector
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, insert, query, unique
 from tests.integration.process import REPO, write_profile
@@ -54,7 +54,7 @@ def server(make_config: ConfigFactory, tmp_path: Path) -> Iterator[tuple[str, st
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "relay.cli", "--config", str(profile), "metrics", "serve",
+        [sys.executable, "-m", "outbox_relay.cli", "--config", str(profile), "metrics", "serve",
          "--port", "0", "--top-topics", str(TOP)],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -11,8 +11,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from relay.exit_codes import ExitCode
-from relay.stack import StackInfo
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.stack import StackInfo
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, create_topics, insert, query, unique, wait_for
 from tests.integration.process import kill_group, spark_submit, write_profile

@@ -12,9 +12,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-import relay
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_OK
+import outbox_relay
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import consume, create_topics, unique
 from tests.integration.test_cloudevents import event
@@ -34,7 +34,7 @@ def test_a_traced_cloudevent_carries_both_to_the_consumer(
     conn = psycopg2.connect(migrated_url)
     try:
         with tracer.start_as_current_span("place order") as span, conn:
-            outbox_id = relay.publish(conn, topic, b'{"id": 42}', key=b"\x00order-42",
+            outbox_id = outbox_relay.publish(conn, topic, b'{"id": 42}', key=b"\x00order-42",
                                       partition_key="customer-7", headers={"tenant": "eu"},
                                       event_type="com.example.order.created",
                                       content_type="application/json")

@@ -12,10 +12,10 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from relay.data.partitioning import partition_for
-from relay.data.plan import RecordPlan
-from relay.stack import StackInfo
-from relay.stream.runner import EXIT_LEFT_OVER, EXIT_OK
+from outbox_relay.data.partitioning import partition_for
+from outbox_relay.data.plan import RecordPlan
+from outbox_relay.stack import StackInfo
+from outbox_relay.stream.runner import EXIT_LEFT_OVER, EXIT_OK
 from tests.integration import transforms_for_tests as tt
 from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import (

@@ -2,7 +2,7 @@
 already holds the runtime's PySpark, Delta, pyarrow and pandas.
 
 `python -m build --wheel` makes the wheel. A fresh venv gets the runtime's packages first
-(pyspark and delta-spark at relay/launch/packages.py's versions, pyarrow and pandas at this
+(pyspark and delta-spark at outbox_relay/launch/packages.py's versions, pyarrow and pandas at this
 environment's); installing the wheel must change none of them, and the wheel must
 require only the base dependencies. Then that venv drains a seeded outbox with the
 INSTALLED relay (its `outbox-relay` entry point, from a directory outside the checkout,
@@ -21,10 +21,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from relay.exit_codes import ExitCode
-from relay.launch.packages import DELTA_VERSION, SPARK_VERSION
-from relay.launch.spark_jars import cached_jars
-from relay.stack import StackInfo
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.launch.packages import DELTA_VERSION, SPARK_VERSION
+from outbox_relay.launch.spark_jars import cached_jars
+from outbox_relay.stack import StackInfo
 from tests.bundle import REPO
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import (

@@ -2,7 +2,7 @@
 another is acknowledged in the same write.
 
 Node 1 is a combined broker and controller, started like the shared stack's broker
-(relay.stack.kafka); node 2 is a broker only, formatted with node 1's cluster id. A topic
+(outbox_relay.stack.kafka); node 2 is a broker only, formatted with node 1's cluster id. A topic
 whose partitions are assigned to both (replication factor 1) loses the partitions of
 node 2, and only those, while node 2 is stopped. One cluster per test session.
 """
@@ -17,10 +17,10 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from relay.stack import kafka
-from relay.stack.jars import kafka_jars_dir
-from relay.stack.paths import StackPaths
-from relay.stack.proc import HOST, failure, pick_free_ports, process_matches, wait_for
+from outbox_relay.stack import kafka
+from outbox_relay.stack.jars import kafka_jars_dir
+from outbox_relay.stack.paths import StackPaths
+from outbox_relay.stack.proc import HOST, failure, pick_free_ports, process_matches, wait_for
 
 _START_TIMEOUT_S = 180.0
 BROKER_ONLY = 2

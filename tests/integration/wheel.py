@@ -30,7 +30,7 @@ def build_wheel(tmp: Path) -> Path:
     """The wheel of the checked-in sources. Built from a copy: a checkout's build/ may hold
     modules since removed, which setuptools would put in the wheel too."""
     src = tmp / "src"
-    shutil.copytree(REPO / "relay", src / "relay",
+    shutil.copytree(REPO / "outbox_relay", src / "outbox_relay",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)

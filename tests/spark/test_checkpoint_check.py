@@ -1,5 +1,5 @@
 """Where Spark reads `spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart`, which the
-relay turns off (relay.launch.spark.base_conf): whether it could be scoped to the relay's
+relay turns off (outbox_relay.launch.spark.base_conf): whether it could be scoped to the relay's
 own query.
 
 Spark 4.2 reads it in the query's own thread, when the query first looks for its offsets
@@ -60,7 +60,7 @@ def test_the_check_runs_in_the_query_after_start_returned(
 def test_the_relay_s_setting_reaches_another_query_of_its_session(
     spark: SparkSession, tmp_path: Path,
 ) -> None:
-    """The test session is built as the relay builds its own (relay.launch.spark)."""
+    """The test session is built as the relay builds its own (outbox_relay.launch.spark)."""
     assert spark.conf.get(VERIFY) == "false"
     checkpoint = tmp_path / "checkpoint"
     _cut_short(checkpoint)

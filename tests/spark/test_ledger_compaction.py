@@ -15,11 +15,11 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.launch.spark import base_conf
-from relay.ledger.delta import Ledger
-from relay.ledger.pause import AUTO_COMPACT
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.launch.spark import base_conf
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.ledger.pause import AUTO_COMPACT
 
 pytestmark = pytest.mark.spark
 

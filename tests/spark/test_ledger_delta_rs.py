@@ -1,5 +1,5 @@
-"""The delta-rs copy's explode (relay.ledger.delta_rs.exploded, pyarrow and numpy) against
-the Spark copy's (relay.ledger.rows.explode_staging), on the same staged records.
+"""The delta-rs copy's explode (outbox_relay.ledger.delta_rs.exploded, pyarrow and numpy) against
+the Spark copy's (outbox_relay.ledger.rows.explode_staging), on the same staged records.
 
 Either writer may copy a batch to the same ledger (ledger.writer, and `auto` falls back
 to Spark mid-run), so the two must leave identical rows: same ids, outcomes, partitions
@@ -18,9 +18,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from relay.ledger import delta_rs
-from relay.ledger.rows import LEDGER_COLUMNS, explode_staging
-from relay.rules.partitioners import partition_for
+from outbox_relay.ledger import delta_rs
+from outbox_relay.ledger.rows import LEDGER_COLUMNS, explode_staging
+from outbox_relay.rules.partitioners import partition_for
 
 pytestmark = pytest.mark.spark
 

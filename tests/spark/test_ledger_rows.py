@@ -1,7 +1,7 @@
 """The ledger's partition of each record and the operators' outcomes, on tiny inline data.
 
 The partition comes from the record's partitioning bytes by the sink's own expression
-(relay.data.partitioning.partition_col); the expected values come from the pure-Python
+(outbox_relay.data.partitioning.partition_col); the expected values come from the pure-Python
 reference, which tests/spark/test_partitioning_expr.py pins to the real clients.
 """
 
@@ -15,9 +15,9 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from relay.data.partitioning import partition_for
-from relay.ledger.rows import LEDGER_COLUMNS, explode_staging
-from relay.ledger.staging import kafka_partition
+from outbox_relay.data.partitioning import partition_for
+from outbox_relay.ledger.rows import LEDGER_COLUMNS, explode_staging
+from outbox_relay.ledger.staging import kafka_partition
 
 pytestmark = pytest.mark.spark
 

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from relay.data.partitioning import (
+from outbox_relay.data.partitioning import (
     murmur2,
     murmur2_col,
     partition_col,
@@ -17,7 +17,11 @@ from relay.data.partitioning import (
     partitioning_key,
     partitioning_key_col,
 )
-from relay.data.partitioning_arrow import murmur2_array, murmur2_partition_col, murmur2_partitions
+from outbox_relay.data.partitioning_arrow import (
+    murmur2_array,
+    murmur2_partition_col,
+    murmur2_partitions,
+)
 
 pytestmark = pytest.mark.spark
 

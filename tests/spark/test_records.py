@@ -9,9 +9,9 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from relay.data.partitioning import partition_for
-from relay.data.records import KAFKA_RECORD_COLUMNS, in_key_order, to_kafka_records
-from relay.ledger.rows import LEDGER_COLUMNS, explode_staging, missing_rows, session_counts
+from outbox_relay.data.partitioning import partition_for
+from outbox_relay.data.records import KAFKA_RECORD_COLUMNS, in_key_order, to_kafka_records
+from outbox_relay.ledger.rows import LEDGER_COLUMNS, explode_staging, missing_rows, session_counts
 
 pytestmark = pytest.mark.spark
 

@@ -1,5 +1,5 @@
-"""The CloudEvents attributes of a record (relay.data.records, relay.data.transform) on tiny
-inline data, compared with chispa."""
+"""The CloudEvents attributes of a record (outbox_relay.data.records, outbox_relay.data.transform)
+on tiny inline data, compared with chispa."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from relay.data.partitioning import partition_for
-from relay.data.records import CloudEventTopics, in_key_order, to_kafka_records
-from relay.data.transform import RowCounter, Transform, checked_records, transform_input
+from outbox_relay.data.partitioning import partition_for
+from outbox_relay.data.records import CloudEventTopics, in_key_order, to_kafka_records
+from outbox_relay.data.transform import RowCounter, Transform, checked_records, transform_input
 
 pytestmark = pytest.mark.spark
 

@@ -1,4 +1,4 @@
-"""relay.data.transform on tiny inline data: the contract checks, and the records."""
+"""outbox_relay.data.transform on tiny inline data: the contract checks, and the records."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from relay.data.partitioning import partition_for
-from relay.data.records import in_key_order
-from relay.data.transform import (
+from outbox_relay.data.partitioning import partition_for
+from outbox_relay.data.records import in_key_order
+from outbox_relay.data.transform import (
     TRANSFORM_COLUMNS,
     RowCounter,
     Transform,
     checked_records,
     transform_input,
 )
-from relay.errors import ConfigError
+from outbox_relay.errors import ConfigError
 from tests.integration import transforms_for_tests as tt
 
 pytestmark = pytest.mark.spark

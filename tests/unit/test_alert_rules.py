@@ -9,11 +9,11 @@ from typing import Any
 
 import yaml
 
-from relay.config import MetricsConfig
-from relay.observe.collector import DATABASE_UP, PREFIX, families
-from relay.observe.labels import TopicLabels
-from relay.observe.runtime import RuntimeMetrics
-from relay.observe.status import LedgerStatus, Snapshot
+from outbox_relay.config import MetricsConfig
+from outbox_relay.observe.collector import DATABASE_UP, PREFIX, families
+from outbox_relay.observe.labels import TopicLabels
+from outbox_relay.observe.runtime import RuntimeMetrics
+from outbox_relay.observe.status import LedgerStatus, Snapshot
 from tests.prometheus_tools import REPO, tool
 
 RULES = REPO / "deploy" / "prometheus" / "outbox-relay.rules.yml"

@@ -1,9 +1,9 @@
-"""The producer's batch.size adapts to the partitions one write spans (relay.data.sink)."""
+"""The producer's batch.size adapts to the partitions one write spans (outbox_relay.data.sink)."""
 
 from __future__ import annotations
 
-from relay.config import KafkaConfig
-from relay.data.sink import MIN_BATCH_BYTES, batching_for, producer_options
+from outbox_relay.config import KafkaConfig
+from outbox_relay.data.sink import MIN_BATCH_BYTES, batching_for, producer_options
 
 KAFKA = KafkaConfig(bootstrap_servers="127.0.0.1:9092")  # 256 KB batches, a 256 MiB pool
 

@@ -1,5 +1,5 @@
 """The benchmark's layout: no circle of imports between its modules, and it measures the
-product as committed (no run-time patch of relay/, no copy of the claim's SQL)."""
+product as committed (no run-time patch of outbox_relay/, no copy of the claim's SQL)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_the_top_folder_holds_the_shared_core_only() -> None:
 
 
 def test_bench_does_not_patch_the_product() -> None:
-    """A benchmark measures relay/ as committed: no hook in the relay's processes, no
+    """A benchmark measures outbox_relay/ as committed: no hook in the relay's processes, no
     statement of a relay module replaced (a module constant such as claims.CLAIM), no
     copy of the claim's statement. (The profiler's timers wrap the relay's functions
     and leave what they do alone.)"""

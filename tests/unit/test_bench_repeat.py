@@ -164,11 +164,11 @@ def test_the_one_delete_peer_is_capped_apart_from_the_held_horizon() -> None:
 def test_the_relays_warm_up_waits_until_its_first_copy_is_confirmed(tmp_path: Path) -> None:
     log = tmp_path / "relay.log"
     assert not wait_for_first_copy(log, 0.1)  # no log yet
-    log.write_text("2026-11-27 12:27:19,001 INFO relay.stream.runner: started\n")
+    log.write_text("2026-11-27 12:27:19,001 INFO outbox_relay.stream.runner: started\n")
     assert not wait_for_first_copy(log, 0.1)  # a commit alone is not the copy's end
     with log.open("a") as f:
-        f.write("2026-11-27 12:27:20,010 INFO relay.ledger.delta: ledger: copy batch 1 is in "
-                "Delta\n")
+        f.write("2026-11-27 12:27:20,010 INFO outbox_relay.ledger.delta: ledger: copy batch 1 "
+                "is in Delta\n")
     assert wait_for_first_copy(log, 0.1)
 
 
@@ -215,8 +215,10 @@ def test_a_capped_drain_is_rated_by_what_kafka_received(
 
 def test_the_ledger_copy_ends_at_the_last_batch_the_relay_logged_in_delta() -> None:
     text = ("26/11/27 12:25:51 INFO SparkContext: Running Spark version 4.2.0\n"
-            "2026-11-27 12:27:20,010 INFO relay.ledger.delta: ledger: copy batch 1 is in Delta\n"
-            "2026-11-27 12:27:26,104 INFO relay.ledger.delta: ledger: copy batch 2 is in Delta\n"
+            "2026-11-27 12:27:20,010 INFO outbox_relay.ledger.delta: ledger: copy batch 1 is in "
+            "Delta\n"
+            "2026-11-27 12:27:26,104 INFO outbox_relay.ledger.delta: ledger: copy batch 2 is in "
+            "Delta\n"
             "outbox-relay: 1000000 messages delivered in 89.5 s (4 batches)\n")
     landed, first = last_copy_landed(text), last_copy_landed(text.splitlines()[1])
     assert landed is not None and first is not None

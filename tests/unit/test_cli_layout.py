@@ -1,4 +1,4 @@
-"""The CLI is one package, `relay.cli`, whose modules register their sub-commands one way:
+"""The CLI is one package, `outbox_relay.cli`, whose modules register their sub-commands one way:
 each module's `register(sub)` adds its commands and binds each to its handler (`fn`), and
 `build_parser` adds nothing of its own. The modules it replaced are gone."""
 
@@ -12,13 +12,14 @@ from types import ModuleType
 
 import pytest
 
-import relay.cli
-from relay.cli import build_parser
+import outbox_relay.cli
+from outbox_relay.cli import build_parser
 
 
 def _command_modules() -> list[ModuleType]:
-    names = [m.name for m in pkgutil.iter_modules(relay.cli.__path__) if m.name != "__main__"]
-    return [importlib.import_module(f"relay.cli.{name}") for name in sorted(names)]
+    names = [m.name for m in pkgutil.iter_modules(outbox_relay.cli.__path__)
+             if m.name != "__main__"]
+    return [importlib.import_module(f"outbox_relay.cli.{name}") for name in sorted(names)]
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -37,12 +38,13 @@ def _handled(parser: argparse.ArgumentParser) -> bool:
 
 
 def test_the_cli_is_a_package_runnable_with_python_m() -> None:
-    assert hasattr(relay.cli, "__path__")
-    assert importlib.util.find_spec("relay.cli.__main__") is not None
-    assert callable(relay.cli.main) and callable(relay.cli.run_argv)
+    assert hasattr(outbox_relay.cli, "__path__")
+    assert importlib.util.find_spec("outbox_relay.cli.__main__") is not None
+    assert callable(outbox_relay.cli.main) and callable(outbox_relay.cli.run_argv)
 
 
-@pytest.mark.parametrize("gone", ["relay.cli_ops", "relay.observe.cli", "relay.stack.cli"])
+@pytest.mark.parametrize("gone", ["relay", "outbox_relay.cli_ops", "outbox_relay.observe.cli",
+                                  "outbox_relay.stack.cli"])
 def test_the_old_cli_modules_are_gone(gone: str) -> None:
     assert importlib.util.find_spec(gone) is None
 

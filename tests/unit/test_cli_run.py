@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from relay.app import parser
-from relay.cli import build_parser, run_argv
+from outbox_relay.app import parser
+from outbox_relay.cli import build_parser, run_argv
 
 
 @pytest.mark.parametrize(

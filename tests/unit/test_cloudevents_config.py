@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from relay.config.load import build_config
-from relay.errors import ConfigError
-from relay.rules.cloudevent_topics import TopicFlags
+from outbox_relay.config.load import build_config
+from outbox_relay.errors import ConfigError
+from outbox_relay.rules.cloudevent_topics import TopicFlags
 
 
 def _rules(*rules: dict[str, object]) -> dict[str, object]:

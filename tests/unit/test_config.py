@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from relay.config.load import (
+from outbox_relay.config.load import (
     build_config,
     from_json_without_secrets,
     load_config,
     to_json_without_secrets,
 )
-from relay.errors import ConfigError
+from outbox_relay.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -149,7 +149,7 @@ def test_timeouts_that_let_a_lock_lapse_are_refused(
 
 
 def test_the_executors_read_has_its_own_statement_timeout() -> None:
-    from relay.data.read import jdbc_options
+    from outbox_relay.data.read import jdbc_options
 
     pg = build_config({"postgres": {"read_statement_timeout_ms": 300_000}}, env={}).postgres
     assert "statement_timeout=300000" in jdbc_options(pg)["options"]
@@ -159,7 +159,7 @@ def test_the_executors_read_has_its_own_statement_timeout() -> None:
 def test_the_read_names_its_lock_token_in_a_connection_setting_escaped() -> None:
     """PostgreSQL splits start-up options on white space; a backslash makes the next
     character literal. A source name may hold both."""
-    from relay.data.read import LOCK_TOKEN_SETTING, jdbc_options
+    from outbox_relay.data.read import LOCK_TOKEN_SETTING, jdbc_options
 
     pg = build_config({}, env={}).postgres
     token = "my relay\\x\tz@host:12:ab"

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from databricks.bundles.jobs import Job
 
-from relay.cli import build_parser
-from relay.config.load import PASSWORD_ENV, load_config
-from relay.launch.packages import SPARK_PACKAGES
-from relay.launch.spark import REDACTION_REGEX
+from outbox_relay.cli import build_parser
+from outbox_relay.config.load import PASSWORD_ENV, load_config
+from outbox_relay.launch.packages import SPARK_PACKAGES
+from outbox_relay.launch.spark import REDACTION_REGEX
 from tests.bundle import (
     JOBS,
     PROFILE,
@@ -221,8 +221,8 @@ def test_the_cluster_maps_the_addresses_the_profile_leaves_as_examples(job_key: 
         assert env["RELAY_KAFKA_BOOTSTRAP_SERVERS"]
 
 
-# Of relay/launch/packages.py, what a Databricks Runtime ships itself: its Kafka connector and
-# Delta Lake (databricks.yml cites where that is documented).
+# Of outbox_relay/launch/packages.py, what a Databricks Runtime ships itself: its Kafka connector
+# and Delta Lake (databricks.yml cites where that is documented).
 SHIPPED_BY_THE_RUNTIME = {"spark-sql-kafka-0-10", "delta-spark"}
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from relay.config.load import load_config
+from outbox_relay.config.load import load_config
 from tests.bundle import JOBS, PROFILE, REPO, TARGETS, load_bundle, variable_defaults
 
 BUNDLE = load_bundle()
@@ -165,7 +165,7 @@ def test_the_tasks_entry_point_fails_the_task_on_a_non_zero_exit_code() -> None:
     `entry[0].load()()` and drops what it returns: a relay exit code returned would never
     fail the task, so the entry point raises it.
     https://github.com/databricks/cli/blob/main/bundle/trampoline/python_wheel.go"""
-    from relay.databricks_task import TaskFailed
+    from outbox_relay.databricks_task import TaskFailed
 
     (entry,) = {t["python_wheel_task"]["entry_point"] for j in BUNDLE.jobs.values()
                 for t in j["tasks"]}

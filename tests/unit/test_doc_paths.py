@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.cli import build_parser
+from outbox_relay.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from relay import errors
-from relay.exit_codes import ExitCode, markdown_table
+from outbox_relay import errors
+from outbox_relay.exit_codes import ExitCode, markdown_table
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 
@@ -38,7 +38,7 @@ def test_the_docs_print_the_table() -> None:
 
 
 def test_an_unverified_drain_is_not_a_success() -> None:
-    from relay.stream.runner import _exit_code
+    from outbox_relay.stream.runner import _exit_code
 
     assert _exit_code(True, False, False, [], verified=False) == ExitCode.NOT_VERIFIED
     assert _exit_code(True, True, False, [], verified=False) == ExitCode.NOT_VERIFIED
@@ -65,7 +65,7 @@ def test_a_failed_batch_body_exits_with_its_causes_code(failure: BaseException,
                                                         code: ExitCode) -> None:
     """Spark hands the body's exception back wrapped in a StreamingQueryException whose
     text is all that is left; the runner maps from the body's own exception instead."""
-    from relay.stream.runner import _exit_code
+    from outbox_relay.stream.runner import _exit_code
 
     for available_now in (True, False):
         assert _exit_code(available_now, False, True, [], failure=failure) == code
@@ -73,7 +73,7 @@ def test_a_failed_batch_body_exits_with_its_causes_code(failure: BaseException,
 
 
 def test_a_query_that_failed_outside_a_body_exits_query_failed() -> None:
-    from relay.stream.runner import _exit_code
+    from outbox_relay.stream.runner import _exit_code
 
     assert _exit_code(True, False, True, []) == ExitCode.QUERY_FAILED
 
@@ -89,7 +89,7 @@ def test_a_command_and_a_run_map_errors_in_one_place(capsys: pytest.CaptureFixtu
 
 def test_a_stack_failure_is_an_error_of_the_relay_with_its_own_code(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from relay.stack.proc import StackError
+    from outbox_relay.stack.proc import StackError
 
     exc = StackError("PostgreSQL did not start")
     assert isinstance(exc, errors.RelayError)
@@ -102,11 +102,11 @@ def test_the_logged_report_maps_like_the_printed_one(caplog: pytest.LogCaptureFi
     """JSON logs hold the report as a record; its code comes from the same mapping."""
     import logging
 
-    from relay.stack.proc import StackError
+    from outbox_relay.stack.proc import StackError
 
-    log = logging.getLogger("relay.test")
+    log = logging.getLogger("outbox_relay.test")
     for exc in (errors.DatabaseError("x"), StackError("s"), TypeError("y"), _Py4JLike("z")):
-        with caplog.at_level(logging.ERROR, logger="relay.test"):
+        with caplog.at_level(logging.ERROR, logger="outbox_relay.test"):
             assert errors.logged_exit_code(exc, log) == errors.exit_code_for(exc)
     messages = [r.getMessage() for r in caplog.records]
     assert messages[:2] == ["outbox-relay: x", "outbox-relay: s"]

@@ -3,8 +3,8 @@ from __future__ import annotations
 import itertools
 import math
 
-from relay.stream.failures import refused_for_good
-from relay.stream.isolate import isolate
+from outbox_relay.stream.failures import refused_for_good
+from outbox_relay.stream.isolate import isolate
 
 TOO_LARGE = "org.apache.kafka.common.errors.RecordTooLargeException: too big"
 TIMEOUT = "org.apache.kafka.common.errors.TimeoutException: expired"

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from relay.exit_codes import ExitCode
+from outbox_relay.exit_codes import ExitCode
 
 
 def test_a_failed_run_logs_json_only(tmp_path: Path) -> None:
@@ -22,7 +22,7 @@ def test_a_failed_run_logs_json_only(tmp_path: Path) -> None:
                        'connect_timeout_s = 2\n', encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
     result = subprocess.run(
-        [sys.executable, "-m", "relay.cli", "--config", str(profile), "run",
+        [sys.executable, "-m", "outbox_relay.cli", "--config", str(profile), "run",
          "--available-now", "--log-format", "json"],
         capture_output=True, text=True, timeout=120, env=env,
     )

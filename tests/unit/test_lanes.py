@@ -15,18 +15,18 @@ from typing import Any, cast
 
 import pytest
 
-from relay.config import MetricsConfig
-from relay.config.models import MAX_DRAIN_LANES
-from relay.control.db import Database
-from relay.control.pending import TopicState
-from relay.errors import DatabaseError, DatabaseUnavailableError
-from relay.observe.runtime import RuntimeMetrics
-from relay.stream import batch
-from relay.stream.batch import BatchProcessor, BatchSettings
-from relay.stream.lanes import DRAIN_POOL, DrainLane
-from relay.stream.round import Round
-from relay.stream.stop import StopSignal
-from relay.wiring import DRAIN_SUFFIX, lane_token, process_token
+from outbox_relay.config import MetricsConfig
+from outbox_relay.config.models import MAX_DRAIN_LANES
+from outbox_relay.control.db import Database
+from outbox_relay.control.pending import TopicState
+from outbox_relay.errors import DatabaseError, DatabaseUnavailableError
+from outbox_relay.observe.runtime import RuntimeMetrics
+from outbox_relay.stream import batch
+from outbox_relay.stream.batch import BatchProcessor, BatchSettings
+from outbox_relay.stream.lanes import DRAIN_POOL, DrainLane
+from outbox_relay.stream.round import Round
+from outbox_relay.stream.stop import StopSignal
+from outbox_relay.wiring import DRAIN_SUFFIX, lane_token, process_token
 
 
 class _Spark:
@@ -187,7 +187,7 @@ def test_a_database_error_after_a_round_gives_the_topics_back_and_the_lane_goes_
     rounds = _Rounds({"big": 10**6}, fail_make_way=DatabaseUnavailableError("dropped"))
     lane, _ = _lane(rounds, metrics=metrics)
     lane.start(time.monotonic() + 30, bound=None)
-    with caplog.at_level(logging.ERROR, logger="relay.stream.lanes"):
+    with caplog.at_level(logging.ERROR, logger="outbox_relay.stream.lanes"):
         lane.split.hand_over({"big"})
         _until(lambda: rounds.made_way >= 1 and not lane.split.draining)
     assert lane.failure is None
@@ -208,7 +208,7 @@ def test_a_failure_after_a_round_ends_the_lane_with_its_topics_back_and_end_rais
     rounds = _Rounds({"big": 10**6}, fail_make_way=fail)
     lane, _ = _lane(rounds, metrics=metrics)
     lane.start(time.monotonic() + 30, bound=None)
-    with caplog.at_level(logging.ERROR, logger="relay.stream.lanes"):
+    with caplog.at_level(logging.ERROR, logger="outbox_relay.stream.lanes"):
         lane.split.hand_over({"big"})
         assert _ended_by_itself(lane), "the lane went on after a failure it cannot handle"
     assert lane.failure is fail

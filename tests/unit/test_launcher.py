@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from relay.exit_codes import ExitCode
-from relay.launch import launcher as launcher_module
-from relay.launch.launcher import Launcher
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.launch import launcher as launcher_module
+from outbox_relay.launch.launcher import Launcher
 
 
 @dataclass

@@ -9,10 +9,10 @@ from typing import Any, cast
 
 import pytest
 
-from relay.config import LedgerConfig
-from relay.ledger import flusher
-from relay.ledger.delta import Ledger
-from relay.ledger.flusher import Clock, LedgerFlusher
+from outbox_relay.config import LedgerConfig
+from outbox_relay.ledger import flusher
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.ledger.flusher import Clock, LedgerFlusher
 
 
 class _Clock(Clock):

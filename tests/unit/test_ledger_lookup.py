@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from relay.errors import ConfigError, RelayError
-from relay.ledger.delta_read import open_table
-from relay.ledger.lookup import LedgerRecord, delta_records, merged
-from relay.ledger.show import describe, not_found, partition_text
+from outbox_relay.errors import ConfigError, RelayError
+from outbox_relay.ledger.delta_read import open_table
+from outbox_relay.ledger.lookup import LedgerRecord, delta_records, merged
+from outbox_relay.ledger.show import describe, not_found, partition_text
 
 AT = dt.datetime(2026, 3, 1, 12, 0, 5, 250000, tzinfo=dt.UTC)
 ORIGIN = "outbox-relay:1:2"

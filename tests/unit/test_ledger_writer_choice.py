@@ -15,10 +15,10 @@ from typing import cast
 import pytest
 from pyspark.sql import SparkSession
 
-from relay.config.load import build_config
-from relay.control.db import Database
-from relay.ledger.delta import Ledger
-from relay.ledger.delta_rs import described, transient
+from outbox_relay.config.load import build_config
+from outbox_relay.control.db import Database
+from outbox_relay.ledger.delta import Ledger
+from outbox_relay.ledger.delta_rs import described, transient
 
 
 def _in_jvm(path: str, writer: str = "auto") -> bool:

@@ -19,9 +19,9 @@ import pytest
 import yaml
 from databricks.bundles.apps import App
 
-from relay.cli import build_parser
-from relay.cli.observe import DEFAULT_METRICS_PORT
-from relay.config.load import ENV_OVERRIDES, PASSWORD_ENV, build_config, load_config
+from outbox_relay.cli import build_parser
+from outbox_relay.cli.observe import DEFAULT_METRICS_PORT
+from outbox_relay.config.load import ENV_OVERRIDES, PASSWORD_ENV, build_config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEMD = REPO / "deploy" / "systemd" / "outbox-relay-metrics.service"

@@ -1,6 +1,6 @@
-"""The notebook's figure data (relay.observe.health) and its drawings (relay.observe.plots):
-top N plus `other` at 1,000 topics, nothing lost in the fold, readable images at 0 and
-1,000 topics, and the notebook file in Databricks' source format."""
+"""The notebook's figure data (outbox_relay.observe.health) and its drawings
+(outbox_relay.observe.plots): top N plus `other` at 1,000 topics, nothing lost in the fold, readable
+images at 0 and 1,000 topics, and the notebook file in Databricks' source format."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from relay.observe import health, plots, queries
-from relay.observe.ledger_rates import counts_here
-from relay.observe.status import Lock, TopicError
-from relay.observe.throughput import PerMinute
+from outbox_relay.observe import health, plots, queries
+from outbox_relay.observe.ledger_rates import counts_here
+from outbox_relay.observe.status import Lock, TopicError
+from outbox_relay.observe.throughput import PerMinute
 from tests.unit.test_status_pure import NOW, snapshot, topic
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The pure parts of relay.observe: label cap, bucketed lag, failure kinds, progress line,
+"""The pure parts of outbox_relay.observe: label cap, bucketed lag, failure kinds, progress line,
 JSON logs, the [metrics] section."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from relay.config import MetricsConfig
-from relay.config.load import build_config
-from relay.errors import ConfigError
-from relay.observe.logs import JsonFormatter, configure_logging
-from relay.observe.progress import Progress, format_progress
-from relay.observe.runtime import OTHER_TOPICS, DeliveryLag, RuntimeMetrics, TopicLabels
-from relay.observe.serve import push
-from relay.stream.failures import failure_kind
-from relay.stream.stats import RelayStats
+from outbox_relay.config import MetricsConfig
+from outbox_relay.config.load import build_config
+from outbox_relay.errors import ConfigError
+from outbox_relay.observe.logs import JsonFormatter, configure_logging
+from outbox_relay.observe.progress import Progress, format_progress
+from outbox_relay.observe.runtime import OTHER_TOPICS, DeliveryLag, RuntimeMetrics, TopicLabels
+from outbox_relay.observe.serve import push
+from outbox_relay.stream.failures import failure_kind
+from outbox_relay.stream.stats import RelayStats
 
 
 def samples(metrics: RuntimeMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -37,7 +37,7 @@ def test_the_first_n_topics_keep_their_label_and_the_rest_share_one() -> None:
 
 
 def test_no_kafka_topic_can_take_the_shared_label() -> None:
-    from relay.control.kafka_admin import topic_name_problem
+    from outbox_relay.control.kafka_admin import topic_name_problem
 
     assert topic_name_problem(OTHER_TOPICS) is not None
 
@@ -173,8 +173,8 @@ def test_configure_logging_prints_one_json_object_per_line(
     configure_logging("info", "json")
     configure_logging("info", "json")  # twice: still one line per record
     try:
-        logging.getLogger("relay.t").info("one")
-        logging.getLogger("relay.t").error("two")
+        logging.getLogger("outbox_relay.t").info("one")
+        logging.getLogger("outbox_relay.t").error("two")
     finally:
         configure_logging("warning", "text")
     lines = capsys.readouterr().err.splitlines()
@@ -206,7 +206,7 @@ def test_a_failed_push_is_logged_and_returns(caplog: pytest.LogCaptureFixture) -
 
 
 def test_a_port_in_use_is_a_config_error_naming_the_key() -> None:
-    from relay.observe.serve import serve
+    from outbox_relay.observe.serve import serve
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

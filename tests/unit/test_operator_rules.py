@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from relay.control.skipping import actor
-from relay.ledger.staging import kafka_partition
-from relay.rules.partitioners import partition_for
+from outbox_relay.control.skipping import actor
+from outbox_relay.ledger.staging import kafka_partition
+from outbox_relay.rules.partitioners import partition_for
 
 
 def test_the_actor_is_the_user_at_the_host() -> None:

@@ -1,4 +1,4 @@
-"""The pytest plugin for applications (relay.testing): registered by the installed
+"""The pytest plugin for applications (outbox_relay.testing): registered by the installed
 package, and light to load, since pytest loads it in every run of every project that
 installed outbox-relay. What it asserts is tested on the real database by
 tests/integration/test_outbox_plugin.py and test_outbox_plugin_async.py."""
@@ -12,20 +12,20 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from relay.errors import PublishError
-from relay.testing import Outbox, PublishedMessage
-from relay.testing.assertions import report
+from outbox_relay.errors import PublishError
+from outbox_relay.testing import Outbox, PublishedMessage
+from outbox_relay.testing.assertions import report
 
 
 def test_the_plugin_is_the_pytest11_entry_point() -> None:
     [entry] = [e for e in entry_points(group="pytest11") if e.name == "outbox_relay"]
-    assert entry.value == "relay.testing.pytest_plugin"
+    assert entry.value == "outbox_relay.testing.pytest_plugin"
 
 
 def test_loading_the_plugin_imports_no_spark_kafka_client_or_driver() -> None:
     code = textwrap.dedent("""
         import sys
-        import relay.testing.pytest_plugin
+        import outbox_relay.testing.pytest_plugin
         heavy = ("pyspark", "py4j", "confluent_kafka", "psycopg2", "psycopg", "sqlalchemy",
                  "asyncpg", "delta", "deltalake", "opentelemetry", "pydantic")
         print(sorted(m for m in sys.modules if m.split(".")[0] in heavy))

@@ -1,14 +1,14 @@
-"""No statement or module of relay/ spells a ledger outcome itself: each names Outcome
-(relay/rules/outcomes.py), so a new outcome cannot be missed in one place."""
+"""No statement or module of outbox_relay/ spells a ledger outcome itself: each names Outcome
+(outbox_relay/rules/outcomes.py), so a new outcome cannot be missed in one place."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from relay.rules.outcomes import Outcome
+from outbox_relay.rules.outcomes import Outcome
 
-RELAY = Path(__file__).resolve().parents[2] / "relay"
+RELAY = Path(__file__).resolve().parents[2] / "outbox_relay"
 HOME = RELAY / "rules" / "outcomes.py"
 
 

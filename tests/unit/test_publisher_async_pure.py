@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-import relay
-from relay.errors import PublishError
-from relay.outbox import checks, publisher, publisher_async, statement
-from relay.outbox.checks import Message, limits, outbox_row
+import outbox_relay
+from outbox_relay.errors import PublishError
+from outbox_relay.outbox import checks, publisher, publisher_async, statement
+from outbox_relay.outbox.checks import Message, limits, outbox_row
 
 
 @pytest.mark.parametrize(("sync", "async_"), [
-    (relay.publish, relay.publish_async),
-    (relay.publish_many, relay.publish_many_async),
+    (outbox_relay.publish, outbox_relay.publish_async),
+    (outbox_relay.publish_many, outbox_relay.publish_many_async),
 ])
 def test_the_async_signatures_are_the_sync_ones(sync: Callable[..., Any],
                                                 async_: Callable[..., Any]) -> None:
@@ -29,7 +29,7 @@ def test_the_async_signatures_are_the_sync_ones(sync: Callable[..., Any],
     assert got.parameters == expected.parameters  # kinds, defaults and annotations too
     assert got.return_annotation == expected.return_annotation
     assert inspect.iscoroutinefunction(async_)
-    assert async_.__module__ == "relay.outbox.publisher_async"
+    assert async_.__module__ == "outbox_relay.outbox.publisher_async"
 
 
 def test_both_publishers_page_and_insert_with_the_one_shared_definition() -> None:
@@ -65,7 +65,7 @@ def test_the_asyncpg_statement_is_the_psycopg_one_with_numbered_markers() -> Non
 def test_an_unknown_connection_type_is_refused_before_anything_else(conn: object) -> None:
     kind = re.escape(f"{type(conn).__module__}.{type(conn).__qualname__}")
     with pytest.raises(PublishError, match=f"cannot publish through a {kind}"):
-        asyncio.run(relay.publish_async(conn, "t", b"v"))
+        asyncio.run(outbox_relay.publish_async(conn, "t", b"v"))
     with pytest.raises(PublishError, match=f"cannot publish through a {kind}"):
-        asyncio.run(relay.publish_many_async(conn, [Message("bad topic", b"v")]))
+        asyncio.run(outbox_relay.publish_many_async(conn, [Message("bad topic", b"v")]))
 

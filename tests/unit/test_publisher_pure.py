@@ -8,24 +8,24 @@ import textwrap
 
 import pytest
 
-import relay
-from relay.config import KafkaConfig, RelaySettings
-from relay.control import kafka_admin
-from relay.errors import InvalidMessageError, PublishError, RelayError
-from relay.outbox.checks import Limits, Message, limits, outbox_row
-from relay.outbox.statement import PAGE_BYTES, PAGE_ROWS, pages
-from relay.rules.record_size import KAFKA_DEFAULT_MAX_MESSAGE_BYTES, payload_allowance
-from relay.rules.topic_names import topic_name_problem
+import outbox_relay
+from outbox_relay.config import KafkaConfig, RelaySettings
+from outbox_relay.control import kafka_admin
+from outbox_relay.errors import InvalidMessageError, PublishError, RelayError
+from outbox_relay.outbox.checks import Limits, Message, limits, outbox_row
+from outbox_relay.outbox.statement import PAGE_BYTES, PAGE_ROWS, pages
+from outbox_relay.rules.record_size import KAFKA_DEFAULT_MAX_MESSAGE_BYTES, payload_allowance
+from outbox_relay.rules.topic_names import topic_name_problem
 
 
 def test_importing_the_publisher_loads_no_spark_kafka_client_or_driver() -> None:
     code = textwrap.dedent("""
         import sys
-        import relay
-        from relay import Message, publish, publish_async, publish_many, publish_many_async
-        import relay.outbox.publisher
-        import relay.outbox.publisher_async
-        relay.outbox.checks.limits()  # the relay's defaults, read from its config models
+        import outbox_relay
+        from outbox_relay import Message, publish, publish_async, publish_many, publish_many_async
+        import outbox_relay.outbox.publisher
+        import outbox_relay.outbox.publisher_async
+        outbox_relay.outbox.checks.limits()  # the relay's defaults, read from its config models
         heavy = ("pyspark", "py4j", "confluent_kafka", "psycopg2", "psycopg", "sqlalchemy",
                  "asyncpg", "delta", "deltalake", "opentelemetry")  # OpenTelemetry: at a publish
         print(sorted(m for m in sys.modules if m.split(".")[0] in heavy))
@@ -36,9 +36,9 @@ def test_importing_the_publisher_loads_no_spark_kafka_client_or_driver() -> None
 
 
 def test_relay_exports_the_publisher() -> None:
-    assert relay.publish.__module__ == "relay.outbox.publisher"
-    assert relay.publish_many.__module__ == "relay.outbox.publisher"
-    assert relay.Message is Message
+    assert outbox_relay.publish.__module__ == "outbox_relay.outbox.publisher"
+    assert outbox_relay.publish_many.__module__ == "outbox_relay.outbox.publisher"
+    assert outbox_relay.Message is Message
 
 
 def test_defaults_are_the_relays() -> None:
@@ -113,4 +113,4 @@ def test_pages_keep_order_and_bound_rows_and_bytes() -> None:
 
 def test_an_unknown_connection_type_is_refused_before_anything_else() -> None:
     with pytest.raises(PublishError, match=r"cannot publish through a builtins\.object"):
-        relay.publish(object(), "t", b"v")
+        outbox_relay.publish(object(), "t", b"v")

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from relay.config import TopicRule
-from relay.control.kafka_admin import TopicConfig, _topic_config, topic_name_problem
-from relay.control.migrate import discover
-from relay.control.pending import TopicFilter
-from relay.rules.topic_rules import rule_for
-from relay.stream.failures import describe_failure, read_failed
-from relay.stream.runner import EXIT_INTERRUPTED, EXIT_LEFT_OVER, EXIT_OK, _exit_code
+from outbox_relay.config import TopicRule
+from outbox_relay.control.kafka_admin import TopicConfig, _topic_config, topic_name_problem
+from outbox_relay.control.migrate import discover
+from outbox_relay.control.pending import TopicFilter
+from outbox_relay.rules.topic_rules import rule_for
+from outbox_relay.stream.failures import describe_failure, read_failed
+from outbox_relay.stream.runner import EXIT_INTERRUPTED, EXIT_LEFT_OVER, EXIT_OK, _exit_code
 
 
 @pytest.mark.parametrize("name", ["orders", "a.b_c-D9", "x" * 249])

@@ -1,4 +1,4 @@
-"""The query's start beside the first round (relay.stream.starting), on a fake query (no
+"""The query's start beside the first round (outbox_relay.stream.starting), on a fake query (no
 Spark): one start however often a backlog asks, its error raised in the runner's thread,
 and a failing run that stops what started; the warm-up's failure is a warning unless the
 relay is stopping; the rounds an idle relay runs until the query's first body waits."""
@@ -14,9 +14,9 @@ from typing import cast
 import pytest
 from pyspark.sql.streaming.query import StreamingQuery
 
-from relay.stream import starting
-from relay.stream.starting import QueryStart, rounds_until_first_body, warm_up_in_background
-from relay.stream.stop import StopSignal
+from outbox_relay.stream import starting
+from outbox_relay.stream.starting import QueryStart, rounds_until_first_body, warm_up_in_background
+from outbox_relay.stream.stop import StopSignal
 
 # Generous: a loaded machine may be slow to schedule a thread; nothing here waits it out
 # when the code is right.

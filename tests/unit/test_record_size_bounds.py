@@ -8,9 +8,9 @@ import random
 import pyarrow as pa
 import pytest
 
-from relay.config.load import build_config
-from relay.errors import ConfigError
-from relay.rules.record_size import (
+from outbox_relay.config.load import build_config
+from outbox_relay.errors import ConfigError
+from outbox_relay.rules.record_size import (
     BATCH_HEADER,
     compressed_bound,
     payload_allowance,

@@ -1,4 +1,4 @@
-"""The imports inside relay/ run one way: the rules, the configuration and the ledger never
+"""The imports inside outbox_relay/ run one way: the rules, the configuration and the ledger never
 reach up into what runs them (the stream, the wiring, the operator's views), and the
 streaming classes receive their collaborators and settings instead of the whole Relay."""
 
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-RELAY = Path(__file__).resolve().parents[2] / "relay"
+RELAY = Path(__file__).resolve().parents[2] / "outbox_relay"
 
 # A package, and the modules its files must not import.
 _BELOW = {
-    "config": ("relay.observe", "relay.stream", "relay.wiring"),
-    "ledger": ("relay.stream", "relay.wiring"),
-    "data": ("relay.stream", "relay.wiring"),
+    "config": ("outbox_relay.observe", "outbox_relay.stream", "outbox_relay.wiring"),
+    "ledger": ("outbox_relay.stream", "outbox_relay.wiring"),
+    "data": ("outbox_relay.stream", "outbox_relay.wiring"),
 }
 
 
@@ -40,9 +40,9 @@ def test_a_lower_package_imports_nothing_above_it(package: str) -> None:
 
 
 def test_the_streaming_classes_receive_their_parts_not_the_relay() -> None:
-    """relay.wiring gives each class the collaborators and settings it uses; only the
+    """outbox_relay.wiring gives each class the collaborators and settings it uses; only the
     runner, which the application hands the wired whole, holds the Relay."""
     holders = {f"{path.relative_to(RELAY.parent)}: {name}"
                for path in sorted((RELAY / "stream").glob("*.py")) if path.name != "runner.py"
-               for name in _imports(path) if name.startswith("relay.wiring")}
+               for name in _imports(path) if name.startswith("outbox_relay.wiring")}
     assert not holders, sorted(holders)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from relay.config.load import build_config
-from relay.launch.spark import base_conf
-from relay.ledger.delta import LEDGER_POOL
-from relay.stream.lanes import DRAIN_POOL
+from outbox_relay.config.load import build_config
+from outbox_relay.launch.spark import base_conf
+from outbox_relay.ledger.delta import LEDGER_POOL
+from outbox_relay.stream.lanes import DRAIN_POOL
 
 
 def test_the_session_schedules_fairly_with_the_relays_pools() -> None:
@@ -29,7 +29,7 @@ def test_the_pools_file_ships_in_the_wheel() -> None:
     import tomllib
 
     data = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
-    assert "fairscheduler.xml" in data["tool"]["setuptools"]["package-data"]["relay"]
+    assert "fairscheduler.xml" in data["tool"]["setuptools"]["package-data"]["outbox_relay"]
 
 
 def test_the_status_store_keeps_a_bounded_history_unless_the_operator_says_otherwise() -> None:

@@ -1,4 +1,4 @@
-"""The check of the `[spark]` extra's modules (relay/launch/spark_extra.py), and every way
+"""The check of the `[spark]` extra's modules (outbox_relay/launch/spark_extra.py), and every way
 the run starts stopping at it with one line, in a Python that cannot import them.
 No network, no Spark: the modules are hidden from this venv's own Python."""
 
@@ -12,9 +12,9 @@ from importlib.machinery import ModuleSpec
 import pytest
 from packaging.requirements import Requirement
 
-from relay.errors import ConfigError
-from relay.exit_codes import ExitCode
-from relay.launch.spark_extra import (
+from outbox_relay.errors import ConfigError
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.launch.spark_extra import (
     INSTALL,
     SPARK_EXTRA_MODULES,
     Finder,
@@ -77,16 +77,16 @@ def test_the_spark_extra_declares_every_module_the_check_looks_for() -> None:
 # ImportError and find_spec answers None, as in a Python that never had them.
 _HIDE = f"import sys\nfor m in {SPARK_EXTRA_MODULES!r}:\n    sys.modules[m] = None\n"
 _STARTS = {
-    "relay.app.main": "from relay.app import main\nsys.exit(main(sys.argv[1:]))",
-    "outbox-relay": "from relay.cli import main\nsys.exit(main(sys.argv[1:]))",
+    "outbox_relay.app.main": "from outbox_relay.app import main\nsys.exit(main(sys.argv[1:]))",
+    "outbox-relay": "from outbox_relay.cli import main\nsys.exit(main(sys.argv[1:]))",
     "jobs/relay.py": "import runpy\nsys.argv[0] = 'jobs/relay.py'\n"
                      "runpy.run_path('jobs/relay.py', run_name='__main__')",
 }
 
 
 @pytest.mark.parametrize(("start", "argv"), [
-    ("relay.app.main", ["--available-now"]),
-    ("relay.app.main", ["--log-format", "json"]),
+    ("outbox_relay.app.main", ["--available-now"]),
+    ("outbox_relay.app.main", ["--log-format", "json"]),
     ("jobs/relay.py", ["--available-now"]),
     ("outbox-relay", ["run", "--available-now"]),
     ("outbox-relay", ["ledger", "flush"]),

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from relay.launch import spark_jars
-from relay.launch.ivy import ResolveError
-from relay.launch.launcher import resubmit_argv
-from relay.launch.packages import SPARK_PACKAGES
+from outbox_relay.launch import spark_jars
+from outbox_relay.launch.ivy import ResolveError
+from outbox_relay.launch.launcher import resubmit_argv
+from outbox_relay.launch.packages import SPARK_PACKAGES
 
 JARS = [Path("/cache/a/kafka-clients-3.9.2.jar"), Path("/cache/b/postgresql-42.7.8.jar")]
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from relay.launch import cache
-from relay.stack import StackInfo, kafka, paths, postgres, proc
-from relay.stack.jars import slf4j_binding, split_coordinate
-from relay.stack.paths import StackPaths
-from relay.stack.state import KafkaState, PostgresState, StackState, load_state, save_state
+from outbox_relay.launch import cache
+from outbox_relay.stack import StackInfo, kafka, paths, postgres, proc
+from outbox_relay.stack.jars import slf4j_binding, split_coordinate
+from outbox_relay.stack.paths import StackPaths
+from outbox_relay.stack.state import KafkaState, PostgresState, StackState, load_state, save_state
 
 
 def _parse_properties(text: str) -> dict[str, str]:
@@ -109,7 +109,7 @@ def test_env_lines() -> None:
 def test_dirs_follow_env_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(paths.STACK_DIR_ENV, raising=False)
     assert paths.default_stack_dir() == paths.repo_root() / ".relay-data" / "stack"
-    assert (paths.repo_root() / "relay" / "stack" / "paths.py").is_file()
+    assert (paths.repo_root() / "outbox_relay" / "stack" / "paths.py").is_file()
     monkeypatch.setenv(paths.STACK_DIR_ENV, str(tmp_path / "s"))
     monkeypatch.setenv(cache.CACHE_DIR_ENV, str(tmp_path / "c"))
     assert StackPaths.resolve().root == tmp_path / "s"

@@ -11,15 +11,15 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from relay.config import MetricsConfig
-from relay.observe import OTHER_TOPICS as OTHER
-from relay.observe.backlog import MIN_SHARE, Span, backlog_of, count_limits
-from relay.observe.collector import capped, families
-from relay.observe.labels import TopicLabels
-from relay.observe.ledger_rates import DeltaCounts, delta_counts
-from relay.observe.report import Thresholds, parse_fail_on, problems, table, to_json
-from relay.observe.runtime import RuntimeMetrics
-from relay.observe.status import (
+from outbox_relay.config import MetricsConfig
+from outbox_relay.observe import OTHER_TOPICS as OTHER
+from outbox_relay.observe.backlog import MIN_SHARE, Span, backlog_of, count_limits
+from outbox_relay.observe.collector import capped, families
+from outbox_relay.observe.labels import TopicLabels
+from outbox_relay.observe.ledger_rates import DeltaCounts, delta_counts
+from outbox_relay.observe.report import Thresholds, parse_fail_on, problems, table, to_json
+from outbox_relay.observe.runtime import RuntimeMetrics
+from outbox_relay.observe.status import (
     STATES,
     LedgerStatus,
     Lock,
@@ -159,7 +159,7 @@ def test_a_topic_keeps_its_label_across_scrapes_whatever_the_backlogs_do() -> No
 
 def test_the_counters_and_the_gauges_cap_the_topic_label_alike() -> None:
     """The relay's counters and the exporter's gauges label the same topics as their own
-    when they see the same topics: one rule, relay.observe.labels."""
+    when they see the same topics: one rule, outbox_relay.observe.labels."""
     names = [f"t{i}" for i in (4, 0, 3, 1, 2)]
     metrics = RuntimeMetrics(MetricsConfig(max_label_topics=3), "src")
     for name in sorted(names):

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from relay.stream import stop as stop_module
-from relay.stream.stop import StopSignal
+from outbox_relay.stream import stop as stop_module
+from outbox_relay.stream.stop import StopSignal
 
 
 class _Clock:
@@ -134,7 +134,7 @@ def _enter(stop: StopSignal) -> bool:
     ".init(PythonStreamingSourceRunner.scala:135)\n",
 ])
 def test_a_helper_killed_by_our_own_stop_signal_is_not_a_failure(text: str) -> None:
-    from relay.stream.watching import stop_killed_a_helper
+    from outbox_relay.stream.watching import stop_killed_a_helper
 
     stop = StopSignal()
     assert not stop_killed_a_helper(stop, RuntimeError(text)), "no stop requested: a failure"

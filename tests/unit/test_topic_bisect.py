@@ -4,7 +4,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from relay.stream.topic_bisect import bisect_topics, named_topics
+from outbox_relay.stream.topic_bisect import bisect_topics, named_topics
 
 INVALID = "org.apache.kafka.common.InvalidRecordException: no key in topic partition {}-0"
 TIMEOUT = "org.apache.kafka.common.errors.TimeoutException: Expiring 3 record(s) for {}-0"

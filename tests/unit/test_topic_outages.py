@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from relay.config.load import build_config
-from relay.control.kafka_admin import topic_unavailable
-from relay.errors import ConfigError
+from outbox_relay.config.load import build_config
+from outbox_relay.control.kafka_admin import topic_unavailable
+from outbox_relay.errors import ConfigError
 
 
 def test_only_an_unknown_topic_can_count_as_missing() -> None:

@@ -1,5 +1,5 @@
-"""Trace context in published messages (relay.outbox.trace), on the publisher's shared
-step (relay.outbox.checks.checked_rows), with the OpenTelemetry SDK's in-memory exporter.
+"""Trace context in published messages (outbox_relay.outbox.trace), on the publisher's shared
+step (outbox_relay.outbox.checks.checked_rows), with the OpenTelemetry SDK's in-memory exporter.
 
 The SDK's global tracer provider can be set once per process: every test uses its own
 provider's tracer, and `start_as_current_span` / `use_span` make its spans current.
@@ -22,9 +22,9 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from relay.errors import InvalidMessageError, PublishError
-from relay.outbox import trace as relay_trace
-from relay.outbox.checks import Limits, Message, OutboxRow, checked_rows, limits
+from outbox_relay.errors import InvalidMessageError, PublishError
+from outbox_relay.outbox import trace as relay_trace
+from outbox_relay.outbox.checks import Limits, Message, OutboxRow, checked_rows, limits
 from tests.without_opentelemetry import BLOCK_OPENTELEMETRY
 
 TOPIC = "orders.created"
@@ -245,9 +245,9 @@ def test_not_added_under_a_reserved_prefix_that_covers_its_names(tracer: trace.T
 def test_without_opentelemetry_installed_nothing_changes() -> None:
     code = BLOCK_OPENTELEMETRY + textwrap.dedent("""
         import json
-        import relay
-        from relay.outbox import trace
-        from relay.outbox.checks import Message, checked_rows, limits
+        import outbox_relay
+        from outbox_relay.outbox import trace
+        from outbox_relay.outbox.checks import Message, checked_rows, limits
 
         loaded_by_import = sorted(m for m in sys.modules if m.startswith("opentelemetry"))
         rows = checked_rows([Message("t", b"v", headers={"a": "b"}), Message("t", b"v")],
@@ -273,8 +273,8 @@ def test_without_opentelemetry_installed_nothing_changes() -> None:
 def test_import_relay_loads_no_opentelemetry_until_a_publish_asks() -> None:
     code = textwrap.dedent("""
         import sys
-        import relay
-        from relay.outbox.checks import Message, checked_rows, limits
+        import outbox_relay
+        from outbox_relay.outbox.checks import Message, checked_rows, limits
 
         def loaded():
             return any(m.split(".")[0] == "opentelemetry" for m in sys.modules)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from relay.app import check_transforms
-from relay.config.load import build_config
-from relay.errors import ConfigError
-from relay.exit_codes import ExitCode
+from outbox_relay.app import check_transforms
+from outbox_relay.config.load import build_config
+from outbox_relay.errors import ConfigError
+from outbox_relay.exit_codes import ExitCode
 
 MODULE = "tests.integration.transforms_for_tests"
 

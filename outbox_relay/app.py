@@ -1,0 +1,209 @@
+"""The relay's main(): parse arguments, build, run, report. Shared by jobs/relay.py and the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from outbox_relay.config import Config
+from outbox_relay.config.load import load_config
+from outbox_relay.control.db import Database
+from outbox_relay.control.kafka_admin import KafkaAdmin
+from outbox_relay.control.migrate import require_current
+from outbox_relay.errors import ConfigError, exit_code_of, logged_exit_code
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.launch.launcher import announce_ready
+from outbox_relay.launch.spark_extra import require_spark_extra
+from outbox_relay.launch.spark_jars import (
+    cached_jars,
+    has_relay_jars,
+    install_spark_defaults,
+    own_spark_conf_dir,
+)
+from outbox_relay.observe.logs import LOG_FORMATS, configure_logging
+from outbox_relay.stream.stop import StopSignal, forward_submitting_jvm_signals
+
+if TYPE_CHECKING:
+    # Not at run time: it imports pyspark, which require_spark_extra looks for first.
+    from outbox_relay.stream.runner import RunResult
+
+log = logging.getLogger("outbox_relay")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="relay", description="Relay the PostgreSQL outbox to Kafka.")
+    p.add_argument("--config", help="TOML profile, e.g. conf/local.toml")
+    p.add_argument(
+        "--available-now",
+        action="store_true",
+        help="drain what exists, then exit (0 only when drained)",
+    )
+    p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=os.environ.get("RELAY_LOG_FORMAT", "text"),
+        help="json: one object per line (time, level, logger, message, exception); "
+        "default: RELAY_LOG_FORMAT, else text",
+    )
+    return p
+
+
+def preflight(config: Config) -> None:
+    """Fail fast, with one line naming the service, if something needed is not there."""
+    db = Database(config.postgres, "outbox-relay-preflight")
+    try:
+        require_current(db)
+    finally:
+        db.close()
+    KafkaAdmin(config.kafka).check_reachable()
+    check_transforms(config)
+
+
+def check_transforms(config: Config) -> None:
+    """Every transform a topic rule names imports and is callable (its contract is
+    checked on the executors, outbox_relay.data.transform)."""
+    from outbox_relay.data.transform import load_transform
+
+    for i, rule in enumerate(config.relay.topic_rules):
+        if rule.transform is not None:
+            try:
+                load_transform(rule.transform)
+            except ConfigError as exc:
+                raise ConfigError(f"relay.topic_rules.{i}.transform: {exc}") from None
+
+
+def resubmit_with_jars_if_needed(config: Config, stop: StopSignal,
+                                 available_now: bool) -> int | None:
+    """Under a spark-submit whose driver JVM lacks the relay's jars (first use, before
+    `outbox-relay jars --install`): install them for the next start when this Spark is
+    the venv's own, and run this once more as a spark-submit that has them. Returns that
+    run's exit code; None when nothing was missing. A stop that came before that run
+    started ends it unstarted, as the relay's own run would end (outbox_relay.exit_codes)."""
+    from outbox_relay.launch.spark import submitted_master
+
+    if not config.spark.resolve_packages or submitted_master() is None:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    conf = SparkConf()
+    if has_relay_jars(conf.get("spark.jars"), conf.get("spark.jars.packages")):
+        return None
+    jars = [str(j) for j in cached_jars()]
+    hint = "`outbox-relay jars --install` writes them into spark-defaults.conf"
+    if own_spark_conf_dir():
+        hint = f"installed into {install_spark_defaults()} for later starts"
+    log.warning("spark-submit started without the relay's jars: running it once more with "
+                "them (%s)", hint)
+    from outbox_relay.launch.launcher import Launcher, resubmit_argv
+
+    with tempfile.TemporaryDirectory(prefix="outbox-relay-") as tmp:
+        argv = resubmit_argv(conf.getAll(), jars, Path(tmp) / "spark.properties")
+        stopped = ExitCode.INTERRUPTED if available_now else ExitCode.OK
+        return Launcher(SparkContext._jvm, SparkContext._gateway).run(
+            argv, kept=lambda: stop.requested, stopped_code=stopped)
+
+
+def print_summary(result: RunResult) -> None:
+    stats = result.stats
+    topics = sorted(set(stats.published) | set(stats.compacted) | set(stats.parked))
+    print(
+        f"outbox-relay: {sum(stats.published.values())} messages delivered "
+        f"in {result.seconds:.1f} s ({stats.batches} batches)"
+    )
+    for topic in topics:
+        line = f"  {topic}: {stats.published[topic]} delivered"
+        if stats.compacted[topic]:
+            line += f", {stats.compacted[topic]} compacted"
+        if stats.parked[topic]:
+            line += f", {stats.parked[topic]} parked"
+        print(line)
+    for s in result.left_over:
+        why = (
+            f"locked by {s.locked_by}"
+            if s.state == "locked"
+            else (
+                f"in error after {s.retries} retries: {s.last_error}"
+                if s.state == "backoff"
+                else "not drained"
+            )
+        )
+        print(f"left over: topic {s.topic}: {why}")
+    if result.unverified:
+        print(result.unverified)
+
+
+def _progress_stream(args: argparse.Namespace) -> TextIO | None:
+    """Where an available-now drain draws its progress line: a terminal's stderr only,
+    and never among JSON logs."""
+    if args.available_now and args.log_format == "text" and sys.stderr.isatty():
+        return sys.stderr
+    return None
+
+
+def _without_spark_progress_bar(config: Config) -> Config:
+    """Spark's console progress bar draws on the same terminal line as ours; a profile
+    that sets spark.ui.showConsoleProgress keeps its choice."""
+    conf = {"spark.ui.showConsoleProgress": "false", **config.spark.conf}
+    return config.model_copy(update={"spark": config.spark.model_copy(update={"conf": conf})})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.log_format not in LOG_FORMATS:  # from RELAY_LOG_FORMAT, which argparse trusts
+        parser().error(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+    configure_logging(args.log_level, args.log_format)
+    stop = StopSignal()
+    stop.install()
+    # What a stop before the first round ends the run with: nothing was drained.
+    stopped = ExitCode.INTERRUPTED if args.available_now else ExitCode.OK
+    try:
+        require_spark_extra()
+        forward_submitting_jvm_signals(stop)
+        announce_ready()
+        log.debug("start-up: stop signals are taken")
+        config = load_config(args.config)
+        relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now)
+        if relaunched is not None:
+            return relaunched
+        if stop.requested:
+            return stopped
+        preflight(config)
+        log.debug("start-up: the services answer")
+        progress = _progress_stream(args)
+        if progress is not None:
+            config = _without_spark_progress_bar(config)
+        from outbox_relay.launch.spark import build_session
+        from outbox_relay.stream.runner import run
+        from outbox_relay.wiring import build_relay
+
+        session = build_session(config)
+        log.debug("start-up: the Spark session is ready")
+        relay = build_relay(config, session)
+        log.debug("start-up: the relay is wired")
+        # pyspark's SparkContext replaced our SIGINT handler with one that cancels every
+        # job and raises KeyboardInterrupt: a SIGINT must stop gracefully, like SIGTERM.
+        stop.install()
+        try:
+            if stop.requested:
+                return stopped
+            result = run(relay, args.available_now, stop, progress)
+        finally:
+            relay.close()
+    except KeyboardInterrupt:
+        # pyspark's SIGINT handler, in the moment before ours took over again: a stop
+        # before the first round.
+        log.warning("stop requested (SIGINT while Spark started)")
+        return stopped
+    except Exception as exc:
+        if args.log_format == "json":
+            return logged_exit_code(exc, log)
+        return exit_code_of(exc)
+    print_summary(result)
+    return result.exit_code

@@ -1,0 +1,50 @@
+"""`migrate`, `packages`, `jars`: what a run needs first (the schema, Spark's packages)."""
+
+from __future__ import annotations
+
+import argparse
+
+from outbox_relay.config.load import load_config
+from outbox_relay.exit_codes import ExitCode
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from outbox_relay.control.db import Database
+    from outbox_relay.control.migrate import migrate
+
+    db = Database(load_config(args.config).postgres, "outbox-relay-migrate")
+    try:
+        applied = migrate(db)
+    finally:
+        db.close()
+    print(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
+    return ExitCode.OK
+
+
+def _packages(args: argparse.Namespace) -> int:
+    from outbox_relay.launch.packages import spark_packages_conf
+
+    print(spark_packages_conf())
+    return ExitCode.OK
+
+
+def _jars(args: argparse.Namespace) -> int:
+    from outbox_relay.launch.spark_jars import cached_jars, install_spark_defaults
+
+    if args.install:
+        print(f"spark.jars written to {install_spark_defaults()}")
+    else:
+        print(",".join(str(j) for j in cached_jars()))
+    return ExitCode.OK
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub.add_parser("migrate", help="apply the schema (idempotent)").set_defaults(fn=_migrate)
+    sub.add_parser("packages", help="print the Spark packages").set_defaults(fn=_packages)
+    jars = sub.add_parser(
+        "jars", help="print the cached jars of the Spark packages (for --jars), resolving once"
+    )
+    jars.add_argument(
+        "--install", action="store_true", help="write them into Spark's spark-defaults.conf"
+    )
+    jars.set_defaults(fn=_jars)

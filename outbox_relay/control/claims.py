@@ -1,0 +1,256 @@
+"""Claims: take the lowest remaining ids of each locked topic as a session (finished by
+outbox_relay.control.finish).
+
+A claim records ids in relay_sessions and leaves the payload rows untouched. It also
+checks what can fail for certain before anything is sent (relay_message_problem: the
+row's size against the topic's limit, the shape of its user headers, a parked message
+of the same key). The first bad row of a topic cuts that topic's claim, so order is
+kept and the row is reported by id.
+
+On a topic the relay compacts, the claim deletes the rows it supersedes at once, in its
+own transaction, and stages their ledger record (`compacted`). Their successors stay in
+the outbox until they are delivered or parked, whatever becomes of this claim's write:
+a superseded row left behind would be claimed alone after a failed write, and sent after
+a newer value of its key that the write did deliver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from outbox_relay.control.db import Database
+from outbox_relay.control.locks import HELD, held_by
+from outbox_relay.rules.cloudevent_topics import PLAIN, TopicFlags, sql_arrays
+from outbox_relay.rules.outcomes import Outcome
+from outbox_relay.rules.partitioners import Partitioner
+
+
+def live_session(s: str) -> str:
+    """The one definition of a session that may still be sending (SQL, the session row
+    aliased `s`, the timeout passed as ``%(lock_timeout_s)s``): its token holds the
+    topic's lock, or it is younger than the lock timeout. Only other sessions are
+    stale, and their ids are in no batch being sent."""
+    return (
+        f"({s}.claimed_at >= now() - make_interval(secs => %(lock_timeout_s)s)"
+        f" OR EXISTS (SELECT 1 FROM kafka_topic_info i"
+        f" WHERE i.topic = {s}.topic AND {held_by(s + '.lock_token')}))"
+    )
+
+
+# Sessions of a relay that died or lost its lock. Another token's session goes only once
+# it is stale, so a relay whose own lock lapsed cannot remove the live owner's session.
+CLEAR_STALE_SESSIONS = f"""
+DELETE FROM relay_sessions s
+WHERE s.topic = ANY(%(topics)s::varchar[]) AND s.lock_token <> %(token)s
+  AND NOT {live_session("s")}
+"""
+
+CLAIM = """
+WITH batch AS (SELECT nextval('relay_batch_seq') AS batch_id),
+spec AS (
+    SELECT s.*,
+           EXISTS (SELECT 1 FROM relay_parked_messages p WHERE p.topic = s.topic) AS any_parked
+    FROM unnest(%(topics)s::varchar[], %(max_bytes)s::bigint[],
+                %(key_required)s::bool[], %(compact)s::bool[],
+                %(cloudevents)s::bool[], %(type_required)s::bool[])
+        AS s(topic, max_bytes, key_required, compact, cloudevents, type_required)
+),
+candidate AS (
+    -- relay_message_problem only where it can find one (relay_message_may_fail, schema
+    -- 0015): its probe of the parked table per row was most of a large claim's time.
+    SELECT s.topic, s.compact, c.id, c.key, c.partition_key, c.size,
+           CASE WHEN relay_message_may_fail(c.size, s.max_bytes, c.headers, c.key,
+                                            s.key_required, s.any_parked, s.type_required)
+                THEN relay_message_problem(c.id, s.topic, c.message, c.key, c.partition_key,
+                                           c.headers, s.max_bytes, %(prefix)s, s.key_required,
+                                           s.cloudevents, s.type_required)
+           END AS problem
+    FROM spec s
+    JOIN kafka_topic_info i ON i.topic = s.topic AND """ + HELD + """
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.key, m.message, m.partition_key, m.headers,
+               relay_message_size(m.message, m.key, m.headers) AS size
+        FROM kafka_messages m
+        WHERE m.topic = s.topic
+        ORDER BY m.id
+        -- A topic retried after an error sends its head alone first: if only the broker
+        -- refuses the head, the rest of a full claim would be appended on every retry.
+        LIMIT CASE WHEN i.error THEN 1 ELSE %(limit)s END
+    ) c
+),
+first_problem AS (
+    SELECT DISTINCT ON (topic) topic, id AS bad_id, problem
+    FROM candidate WHERE problem IS NOT NULL
+    ORDER BY topic, id
+),
+healthy AS (
+    SELECT c.*, sum(c.size) OVER (PARTITION BY c.topic ORDER BY c.id) AS running_bytes,
+           row_number() OVER (PARTITION BY c.topic ORDER BY c.id) AS n
+    FROM candidate c LEFT JOIN first_problem f ON f.topic = c.topic
+    WHERE f.bad_id IS NULL OR c.id < f.bad_id
+),
+chosen AS (
+    SELECT h.*,
+           -- Kafka compacts by record key, but only within a partition: a later row
+           -- supersedes only with the same key AND the same partitioning bytes.
+           h.compact AND h.key IS NOT NULL
+           AND h.id < max(h.id) OVER (
+               PARTITION BY h.topic, h.key, relay_partitioning_key(h.partition_key, h.key)
+           ) AS superseded
+    FROM healthy h
+    WHERE h.running_bytes <= %(batch_bytes)s OR h.n = 1
+),
+-- Whether a topic's claim stopped at its row or byte limit: more of it is waiting, and
+-- its next rounds go to the drain lane (outbox_relay.stream.lanes). A cut at a bad row is not.
+backlog AS (
+    SELECT h.topic, count(*) >= %(limit)s OR bool_or(h.running_bytes > %(batch_bytes)s
+                                                    AND h.n > 1) AS more
+    FROM healthy h GROUP BY h.topic
+),
+grouped AS (
+    SELECT topic, array_agg(id ORDER BY id) FILTER (WHERE NOT superseded) AS ids,
+           array_agg(id) FILTER (WHERE superseded) AS superseded
+    FROM chosen GROUP BY topic
+),
+-- Fenced as the claim is: `chosen` holds rows of held topics only. A key's newest row in
+-- the claim is never superseded, so every session keeps at least one row to send.
+compacted AS (
+    DELETE FROM kafka_messages m
+    USING grouped g
+    WHERE m.id = ANY(g.superseded) AND m.topic = g.topic
+    RETURNING m.id, m.topic
+),
+session AS (
+    INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids)
+    SELECT gen_random_uuid(), (SELECT batch_id FROM batch), topic, %(token)s, ids
+    FROM grouped
+    RETURNING session_id, batch_id, topic, cardinality(ids) AS rows
+),
+-- The ledger record of exactly the rows deleted, under the session that decided it.
+staged AS (
+    INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source)
+    SELECT s.session_id, s.topic, %(compacted)s, array_agg(c.id), %(source)s
+    FROM compacted c JOIN session s ON s.topic = c.topic
+    GROUP BY s.session_id, s.topic
+    RETURNING topic, cardinality(ids) AS compacted
+)
+SELECT coalesce(s.topic, f.topic) AS topic, s.session_id, s.batch_id, s.rows,
+       coalesce(st.compacted, 0) AS compacted, f.bad_id, f.problem,
+       coalesce(b.more, false) AS more
+FROM session s FULL JOIN first_problem f ON f.topic = s.topic
+LEFT JOIN staged st ON st.topic = s.topic
+LEFT JOIN backlog b ON b.topic = coalesce(s.topic, f.topic)
+"""
+
+SESSION_SENT_IDS = """
+SELECT ids FROM relay_sessions WHERE session_id = %s AND lock_token = %s
+"""
+
+# After isolation only a prefix was acknowledged: the session keeps just that prefix. The
+# rows it superseded are gone since the claim (CLAIM), so none can follow it later.
+TRUNCATE_SESSION = """
+UPDATE relay_sessions SET ids = %(delivered)s::bigint[]
+WHERE session_id = %(session)s AND lock_token = %(token)s
+"""
+
+ABANDON_SESSIONS = "DELETE FROM relay_sessions WHERE session_id = ANY(%s::uuid[])"
+
+
+@dataclass(frozen=True)
+class TopicLimits:
+    topic: str
+    max_bytes: int
+    compact: bool  # the relay's own compaction rule (superseded messages are not sent)
+    key_required: bool = False  # the topic is compacted in Kafka: a keyless record is poison
+    # How this round's records are partitioned, for the ledger; None: not recorded.
+    partitions: int | None = None
+    partitioner: Partitioner | None = None
+    # CloudEvents (outbox_relay.rules.cloudevent_topics.TopicFlags): checked by the claim.
+    flags: TopicFlags = PLAIN
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What one claim statement took for one topic."""
+
+    topic: str
+    session_id: str | None
+    rows: int  # the rows to send
+    compacted: int  # the rows it superseded, deleted by the claim itself
+    bad_id: int | None
+    problem: str | None
+    partitions: int | None = None  # the topic's partition count for this send
+    partitioner: Partitioner | None = None
+    more: bool = False  # the claim stopped at its row or byte limit: more is waiting
+
+
+@dataclass(frozen=True)
+class ClaimBatch:
+    batch_id: int | None
+    claims: list[Claim]
+
+    @property
+    def sessions(self) -> list[Claim]:
+        return [c for c in self.claims if c.session_id is not None]
+
+
+class Claims:
+    def __init__(self, db: Database, token: str, lock_timeout_s: float, header_prefix: str,
+                 source_name: str) -> None:
+        self.db = db
+        self.token = token
+        self.lock_timeout_s = lock_timeout_s
+        self.header_prefix = header_prefix
+        self.source_name = source_name
+
+    def claim(self, limits: Sequence[TopicLimits], limit: int, batch_bytes: int) -> ClaimBatch:
+        topics = [t.topic for t in limits]
+        params = {
+            "topics": topics,
+            "max_bytes": [t.max_bytes for t in limits],
+            "key_required": [t.key_required for t in limits],
+            "compact": [t.compact for t in limits],
+            **sql_arrays([t.flags for t in limits]),
+            "token": self.token,
+            "lock_timeout_s": self.lock_timeout_s,
+            "prefix": self.header_prefix,
+            "limit": limit,
+            "batch_bytes": batch_bytes,
+            "source": self.source_name,
+            "compacted": Outcome.COMPACTED,
+        }
+        with self.db.transaction() as cur:
+            cur.execute(CLEAR_STALE_SESSIONS, {"topics": topics, "token": self.token,
+                                               "lock_timeout_s": self.lock_timeout_s})
+            cur.execute(CLAIM, params)
+            rows = cur.fetchall()
+        spec = {t.topic: t for t in limits}
+        claims = [
+            Claim(
+                topic=r["topic"],
+                session_id=str(r["session_id"]) if r["session_id"] else None,
+                rows=r["rows"] or 0,
+                compacted=r["compacted"] or 0,
+                bad_id=r["bad_id"],
+                problem=r["problem"],
+                partitions=spec[r["topic"]].partitions,
+                partitioner=spec[r["topic"]].partitioner,
+                more=bool(r["more"]),
+            )
+            for r in rows
+        ]
+        batch_ids = {r["batch_id"] for r in rows if r["batch_id"] is not None}
+        return ClaimBatch(batch_id=batch_ids.pop() if batch_ids else None, claims=claims)
+
+    def sent_ids(self, session_id: str) -> list[int]:
+        row = self.db.one(SESSION_SENT_IDS, (session_id, self.token))
+        return list(row["ids"]) if row else []
+
+    def truncate(self, session_id: str, ids: Sequence[int]) -> None:
+        self.db.execute(TRUNCATE_SESSION, {
+            "delivered": sorted(ids), "session": session_id, "token": self.token})
+
+    def abandon(self, session_ids: Collection[str]) -> None:
+        if session_ids:
+            self.db.execute(ABANDON_SESSIONS, (list(session_ids),))

@@ -1,0 +1,123 @@
+"""psycopg2 connections for the control plane, with driver errors translated at the boundary."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+import psycopg2.extras
+
+from outbox_relay.config import PostgresConfig
+from outbox_relay.errors import (
+    DatabaseError,
+    DatabaseUnavailableError,
+    UnreachableError,
+    first_line,
+)
+
+log = logging.getLogger(__name__)
+
+Params = Sequence[Any] | dict[str, Any] | None
+
+PING = "SELECT 1"
+
+
+def connect(pg: PostgresConfig, application_name: str) -> psycopg2.extensions.connection:
+    """Open a connection with the relay's session settings, or raise UnreachableError."""
+    # No bitmap scans: the control plane's probes are `ORDER BY id LIMIT n` walks of
+    # (topic, id) meant to stop at the first live rows. After an autoanalyze that caught
+    # the outbox nearly empty, the planner chose a bitmap scan and a sort instead, which
+    # reads every index entry and heap page of the topic, dead ones included, on every
+    # call: the pending-topics scan went from 0.3 ms to 171 ms a call in a 2,000 msg/s
+    # soak, every other minute (reports/performance-history.md, "The soak's spread").
+    options = (
+        "-c enable_bitmapscan=off "
+        f"-c statement_timeout={pg.statement_timeout_ms} "
+        f"-c idle_in_transaction_session_timeout={pg.idle_in_transaction_timeout_ms} "
+        "-c TimeZone=UTC"
+    )
+    try:
+        return psycopg2.connect(
+            host=pg.host,
+            port=pg.port,
+            dbname=pg.database,
+            user=pg.user,
+            password=pg.password.get_secret_value() if pg.password else None,
+            sslmode=pg.sslmode,
+            connect_timeout=pg.connect_timeout_s,
+            application_name=application_name,
+            options=options,
+        )
+    except psycopg2.Error as exc:
+        raise UnreachableError(
+            f"cannot reach PostgreSQL at {pg.where()}: {first_line(exc)}"
+        ) from None
+
+
+class Database:
+    """One control-plane connection that reconnects after the server went away."""
+
+    def __init__(self, pg: PostgresConfig, application_name: str = "outbox-relay") -> None:
+        self._pg = pg
+        self._name = application_name
+        self._conn: psycopg2.extensions.connection | None = None
+
+    @property
+    def config(self) -> PostgresConfig:
+        return self._pg
+
+    def _connection(self) -> psycopg2.extensions.connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self._pg, self._name)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None and not self._conn.closed:
+            self._conn.close()
+        self._conn = None
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg2.extras.RealDictCursor]:
+        """A transaction: committed on success, rolled back on any error."""
+        conn = self._connection()
+        try:
+            with conn, conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+                yield cur
+        except psycopg2.Error as exc:
+            self._forget_if_broken(conn)
+            kind = (
+                DatabaseUnavailableError
+                if isinstance(exc, psycopg2.OperationalError | psycopg2.InterfaceError)
+                else DatabaseError
+            )
+            raise kind(f"PostgreSQL at {self._pg.where()}: {first_line(exc)}") from exc
+
+    def _forget_if_broken(self, conn: psycopg2.extensions.connection) -> None:
+        if conn.closed or (
+            isinstance(conn.info.transaction_status, int)
+            and (conn.info.transaction_status == psycopg2.extensions.TRANSACTION_STATUS_UNKNOWN)
+        ):
+            self.close()
+
+    def check_reachable(self) -> None:
+        """Raises DatabaseUnavailableError or UnreachableError while the server does not
+        answer."""
+        self.execute(PING)
+
+    def all(self, statement: str, params: Params = None) -> list[dict[str, Any]]:
+        with self.transaction() as cur:
+            cur.execute(statement, params)
+            return [dict(r) for r in cur.fetchall()] if cur.description else []
+
+    def one(self, statement: str, params: Params = None) -> dict[str, Any] | None:
+        rows = self.all(statement, params)
+        return rows[0] if rows else None
+
+    def execute(self, statement: str, params: Params = None) -> int:
+        with self.transaction() as cur:
+            cur.execute(statement, params)
+            return cur.rowcount

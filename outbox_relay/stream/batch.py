@@ -1,0 +1,278 @@
+"""The body of foreachBatch: rounds (outbox_relay.stream.round) for every ready topic at once.
+
+A body runs rounds for up to `relay.micro_batch_s`: Spark's own cost per trigger (offset
+and commit logs, planning, about 1 s on 2 cores) is then paid once for many rounds
+instead of once per round. Between rounds no lock is held and the stop flag is read, so
+a stop still ends the body after the round in flight. Topics with a backlog run their
+rounds in the drain lane beside these (outbox_relay.stream.lanes), for the length of the body.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+
+from outbox_relay.config import Config
+from outbox_relay.control.db import Database
+from outbox_relay.control.pending import TopicFilter, pending_topics, relays_polling
+from outbox_relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
+from outbox_relay.observe.progress import Progress
+from outbox_relay.observe.runtime import RuntimeMetrics
+from outbox_relay.stream.lanes import DRAIN_QUIET_S, DrainLane, report_failure
+from outbox_relay.stream.round import Round
+from outbox_relay.stream.stats import RelayStats
+from outbox_relay.stream.stop import StopSignal
+
+log = logging.getLogger(__name__)
+
+# Failures after which a batch body gives up its rounds and the next ones try again.
+_RETRIED = (DatabaseUnavailableError, UnreachableError)
+
+# One loose scan of the outbox (pending_topics) at a time in a process. When a drain
+# ends, the index entries of its last round's rows are dead but not yet marked so, and a
+# scan checks each in the heap (and marks it) once: the two lanes' scans at once each
+# paid that whole walk, 4.8 s each after a 1M-row drain, where the second one, run
+# after the first, finds the entries marked.
+_SCAN = threading.Lock()
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """What a batch body reads of the profile."""
+
+    micro_batch_s: float
+    poll_interval_s: float
+    lock_timeout_s: float
+    include_topics: list[str]
+    exclude_topics: list[str]
+
+    @classmethod
+    def of(cls, config: Config) -> BatchSettings:
+        relay = config.relay
+        return cls(relay.micro_batch_s, relay.poll_interval_s, relay.lock_timeout_s,
+                   list(relay.include_topics), list(relay.exclude_topics))
+
+
+class BatchProcessor:
+    """`new_round` builds the lane's Round, given what to call after each round that
+    locked a topic; `drains` are the drain lanes beside it (none when they are off)."""
+
+    def __init__(self, db: Database, metrics: RuntimeMetrics, settings: BatchSettings,
+                 new_round: Callable[[Callable[[], None]], Round], stop: StopSignal, *,
+                 bound: int | None = None, continuous: bool = False,
+                 stats: RelayStats | None = None, drains: Sequence[DrainLane] = ()) -> None:
+        self._db = db
+        self._metrics = metrics
+        self._settings = settings
+        self.stop = stop
+        # Available-now: after a body's first round, only topics with rows up to `bound`
+        # (what existed at the start) start another, so rows written during a drain
+        # cannot keep a body running. The first round takes whatever is ready, as the
+        # source (polling up to the same bound) expects of every micro-batch.
+        self.bound = bound
+        # Continuous: an idle body keeps polling until its time is up, so a message
+        # written then waits for one poll, not for Spark's next trigger.
+        self.continuous = continuous
+        self.stats = stats if stats is not None else RelayStats()
+        self._filter = TopicFilter(settings.include_topics, settings.exclude_topics)
+        self._round = new_round(self._show_progress)
+        # Set by the runner for an available-now drain on a terminal.
+        self.progress: Progress | None = None
+        # The error that ended a batch body, if one did: the runner tells it apart from
+        # what its own query.stop() makes Spark raise after the last body finished.
+        self.failure: BaseException | None = None
+        # The backlogged topics of the last round that finished. Unlike `backlogged`, it
+        # keeps its value while the next round runs (see `draining`).
+        self._found_backlog: frozenset[str] = frozenset()
+        self._drains = list(drains)
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self.run_rounds(f"micro-batch {batch_id}", self._settings.micro_batch_s)
+
+    def run_rounds(self, label: str, seconds: float) -> None:
+        """Rounds until `seconds` are up, the stop is requested, or (available-now)
+        a round finds nothing to do; always at least one round.
+
+        A failure that is not retried ends the run: it stops everything that runs
+        (StopSignal.abort) before this body lets go of its turn, so that a batch body
+        waiting for the turn (the query's first, behind the runner's start-up rounds:
+        outbox_relay.stream.starting) does not take it and run rounds for `micro_batch_s`."""
+        deadline = time.monotonic() + seconds
+        with self.stop.batch_body() as may_run:
+            if not may_run:
+                return
+            log.debug("%s: rounds start", label)
+            try:
+                self._rounds_beside_lanes(deadline, seconds)
+            except _RETRIED as exc:
+                # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
+                # Any other error fails the query, and the run's exit code says which.
+                report_failure(self._metrics, "main", f"{label} gave up", exc)
+                time.sleep(RETRY_PAUSE_S)
+            except BaseException as exc:
+                # A drain lane's own failure was reported by that lane.
+                if not any(exc is lane.failure for lane in self._drains):
+                    report_failure(self._metrics, "main", f"{label} failed", exc)
+                self.failure = exc
+                self.stop.abort(f"{label} failed")
+                raise
+            finally:
+                log.debug("%s: rounds end", label)
+
+    def _rounds_beside_lanes(self, deadline: float, seconds: float) -> None:
+        if seconds > 0:
+            for lane in self._drains:
+                lane.start(deadline, self.bound)
+        try:
+            self._rounds(deadline)
+        except BaseException as exc:
+            self._end_drains((time.monotonic(), exc))
+            raise
+        self._end_drains(None)
+
+    def _rounds(self, deadline: float) -> None:
+        rounds = 0
+        while True:
+            began = time.monotonic()
+            worked = self.run_once(self.bound if rounds else None)
+            rounds += 1
+            if self._drains:
+                self._hand_over(self.backlogged)
+                if any(lane.failure is not None for lane in self._drains):
+                    return
+            if self.stop.requested or time.monotonic() >= deadline:
+                return
+            if not worked and not self._idle_poll(deadline):
+                return
+            if worked and self.make_way():
+                return
+            if worked and not self.backlogged and self._pace(began, deadline):
+                return
+
+    def _hand_over(self, topics: Collection[str]) -> None:
+        """Each topic to the drain lane that holds the fewest, so that every lane has
+        work while there is enough: one lane's claim and delete then run under another's
+        write. Only after the main round that claimed them has finished."""
+        for topic in sorted(topics):
+            lane = min(self._drains, key=lambda d: len(d.split.draining))
+            lane.split.hand_over([topic])
+
+    def _held(self) -> frozenset[str]:
+        """The topics the drain lanes hold."""
+        return frozenset().union(*(lane.split.draining for lane in self._drains))
+
+    def _end_drains(self, main: tuple[float, BaseException] | None) -> None:
+        """Ends every drain lane (one lane's failure must not leave another's thread
+        running rounds). When lanes failed, the first failure is the body's, so that the
+        run's exit code names it: a lane's is raised when it came before the main lane's
+        `main` (when, what), if any. One that is retried (a lost connection) decides only
+        when nothing else failed. Each lane logged its own failure; the main lane's is
+        logged here when a lane's decides."""
+        failures = [] if main is None else [main]
+        for lane in self._drains:
+            try:
+                lane.end()
+            except BaseException as exc:
+                failures.append((lane.failed_at, exc))
+        if not failures:
+            return
+        _, first = min(failures, key=lambda f: (isinstance(f[1], _RETRIED), f[0]))
+        if main is not None and first is main[1]:
+            return
+        if main is not None:
+            report_failure(self._metrics, "main", "the main lane failed after a drain lane",
+                           main[1])
+        raise first
+
+    def _pace(self, began: float, deadline: float) -> bool:
+        """After a round whose claims all fell short of their limit (a trickle, not a
+        backlog): the next round starts one poll interval after this one began, not at
+        once. Every round is a Spark job, whose cost hardly depends on its rows: under
+        500 msg/s, back-to-back rounds ran 11.5 a second and took a core of CPU. A
+        message then waits at most a poll interval before its round starts, as it does
+        when the relay is idle. Returns whether a stop came meanwhile."""
+        pause = min(began + self._settings.poll_interval_s, deadline) - time.monotonic()
+        return pause > 0 and self.stop.wait(pause)
+
+    def make_way(self) -> bool:
+        """Between rounds no lock is held, but the next round would take every topic back
+        at once: when other relays poll this outbox, pause a random part of a poll
+        interval so that they get topics too (Spark's trigger used to leave that gap).
+        Returns whether a stop came meanwhile."""
+        if relays_polling(self._db) <= 1:
+            return False
+        return self.stop.wait(random.uniform(0, self._settings.poll_interval_s))
+
+    def _idle_poll(self, deadline: float) -> bool:
+        """After a round without work: whether to try another one. Continuous bodies wait
+        one poll interval (woken early by a stop); available-now bodies end, unless the
+        drain lane still works."""
+        draining = any(lane.busy for lane in self._drains)
+        if draining:
+            self._show_progress()
+        if not self.continuous and not draining:
+            return False
+        pause = min(self._settings.poll_interval_s, deadline - time.monotonic())
+        return pause > 0 and not self.stop.wait(pause)
+
+    def warm_up(self) -> None:
+        """The main lane's data plane, planned and loaded before its first write."""
+        self._round.warm_up()
+
+    def when_backlogged(self, callback: Callable[[], None] | None) -> None:
+        """`callback` is called once a claim of this lane stops at its limit (None: no
+        longer)."""
+        self._round.on_backlog = callback
+
+    @property
+    def backlogged(self) -> frozenset[str]:
+        """The topics of the last round whose claims stopped at their limit."""
+        return self._round.backlogged
+
+    def draining(self) -> bool:
+        """Whether a drain lane works (or did a moment ago, between two bodies), or the
+        main lane's last finished round found a backlog, which a lane takes after the
+        round in flight: the start-up round found the backlog before any body ran, the
+        query's start and the first body's first round outlasted DRAIN_QUIET_S on busy
+        cores, and the first copy began beside the drain (test_drain_lane.py)."""
+        if not self._drains:
+            return False
+        return bool(self._found_backlog) or any(
+            lane.split.held_within(DRAIN_QUIET_S) for lane in self._drains)
+
+    def run_once(self, bound: int | None = None, only: Collection[str] | None = None) -> bool:
+        """One round, on the ready topics (with rows up to `bound` when given; of `only`
+        when given, else not the drain lane's); returns whether it locked any topic."""
+        worked = self._round.run(self._ready(bound, only))
+        self._found_backlog = self.backlogged
+        return worked
+
+    def _ready(self, bound: int | None, only: Collection[str] | None) -> list[str]:
+        if only is not None and bound is None:
+            # The drain lane's topics had a full claim in their last round, and the lock
+            # decides whether they are free (LOCK_TOPICS). The outbox's loose scan
+            # (pending_topics) is skipped: near the end of a 500,000-row drain it ran for
+            # seconds in every round (bench/, W5, stack samples) while it probed forwards
+            # over the index entries of the rows the drain deleted; it probes backwards
+            # now, and this saves its statement a round.
+            return sorted(only)
+        with _SCAN:
+            states = pending_topics(self._db, self._settings.lock_timeout_s, self._filter,
+                                    bound)
+        ready = [s.topic for s in states if s.state == "ready" and (bound is None or s.below_bound)]
+        if only is not None:
+            return [t for t in ready if t in only]
+        if self._drains:
+            held = self._held()
+            return [t for t in ready if t not in held]
+        return ready
+
+    def _show_progress(self) -> None:
+        if self.progress is not None:
+            self.progress.update(self.stats.snapshot())

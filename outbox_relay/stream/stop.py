@@ -1,0 +1,154 @@
+"""Graceful stop: signal handlers only set a flag; the query stops between batches.
+
+Calling query.stop() from a handler deadlocks py4j, and stop() cancels a running
+batch, so the runner takes `between_batches()` (held by every batch body) first.
+A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from outbox_relay.exit_codes import ExitCode
+
+log = logging.getLogger(__name__)
+
+EXIT_AT_ONCE = ExitCode.AT_ONCE
+_ECHO_WINDOW_S = 1.0
+# How often a batch body waiting for the runner's turn looks at the stop flag.
+_BODY_POLL_S = 0.1
+
+
+class StopSignal:
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._batch = threading.Lock()
+        # Set while a batch body waits for the runner's rounds (outbox_relay.stream.starting).
+        self._body_waiting = threading.Event()
+        self._first: float | None = None
+        self._count_lock = threading.Lock()
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    def request(self, why: str) -> None:
+        now = time.monotonic()
+        with self._count_lock:
+            # A signal to the process group reaches this Python and the JVM together:
+            # copies arriving within the echo window are the same request.
+            second = self._first is not None and now - self._first > _ECHO_WINDOW_S
+            self._first = self._first if self._first is not None else now
+        if second:
+            log.error("second stop signal (%s): exiting at once", why)
+            os._exit(EXIT_AT_ONCE)
+        log.warning("stop requested (%s): finishing the batch in flight", why)
+        self._event.set()
+
+    def abort(self, why: str) -> None:
+        """After a failure that ends the run: every batch body and lane stops as for a stop
+        request, but no signal was received, so a user's signal after this one is still a
+        first one (a graceful stop, not an exit at once)."""
+        if not self._event.is_set():
+            log.warning("stopping everything that runs: %s", why)
+        self._event.set()
+
+    def install(self) -> None:
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+        except ValueError:
+            # Not the main thread (a host that runs the file in a thread of its own): the
+            # JVM's TERM and INT still arrive, through forward_jvm_signals.
+            log.warning("not the main thread: stop signals reach the relay through the JVM")
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.request(signal.Signals(signum).name)
+
+    @contextmanager
+    def between_batches(self) -> Iterator[None]:
+        with self._batch:
+            yield
+
+    @contextmanager
+    def batch_body(self) -> Iterator[bool]:
+        """Held by a batch body; yields whether it may run (False once a stop is requested).
+
+        Never waits on the runner: once a stop is requested the runner holds
+        between_batches() inside query.stop(), which waits for Spark's stream thread, the
+        very thread that calls this body for the next micro-batch. Blocking here stalled
+        every such stop for spark.sql.streaming.stopTimeout (60 s), seen on a standalone
+        cluster where the next batch often reaches its body before the interrupt lands."""
+        if not self._batch.acquire(blocking=False):
+            self._body_waiting.set()
+            try:
+                while not self._batch.acquire(timeout=_BODY_POLL_S):
+                    if self.requested:
+                        yield False
+                        return
+            finally:
+                self._body_waiting.clear()
+        try:
+            yield not self.requested
+        finally:
+            self._batch.release()
+
+    @property
+    def body_waiting(self) -> bool:
+        """Whether a batch body waits to run (for rounds run outside the query)."""
+        return self._body_waiting.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout)
+
+
+class JvmSignalForwarder:
+    """Implements sun.misc.SignalHandler through py4j, so a TERM or INT that reaches the
+    driver JVM (spark-submit's own process, or a process-group signal) stops the relay
+    gracefully instead of running the JVM's shutdown hooks under a batch in flight."""
+
+    def __init__(self, stop: StopSignal) -> None:
+        self._stop = stop
+
+    def handle(self, sig: Any) -> None:
+        self._stop.request(f"SIG{sig.getName()} to the JVM")
+
+    class Java:
+        implements = ["sun.misc.SignalHandler"]
+
+
+def forward_jvm_signals(spark: Any, stop: StopSignal) -> None:
+    _forward(spark.sparkContext._gateway, spark.sparkContext._jvm, stop)
+
+
+def forward_submitting_jvm_signals(stop: StopSignal) -> None:
+    """Under spark-submit its JVM runs before this Python does, and a supervisor signals
+    its pid: TERM and INT reaching it stop the relay from the first second on. Until
+    this runs, that JVM's own handler ends spark-submit with 143."""
+    from outbox_relay.launch.spark import under_spark_submit
+
+    if not under_spark_submit():
+        return
+    from pyspark import SparkContext
+
+    SparkContext._ensure_initialized()
+    _forward(SparkContext._gateway, SparkContext._jvm, stop)
+
+
+def _forward(gateway: Any, jvm: Any, stop: StopSignal) -> None:
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    ensure_callback_server_started(gateway)
+    forwarder = JvmSignalForwarder(stop)
+    for name in ("TERM", "INT"):
+        try:
+            jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), forwarder)
+        except Exception as exc:  # the JVM may refuse a signal it reserves
+            log.warning("cannot forward SIG%s from the JVM: %s", name, exc)
