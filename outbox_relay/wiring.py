@@ -19,12 +19,19 @@ from outbox_relay.control.kafka_admin import KafkaAdmin
 from outbox_relay.control.locks import Backoff, TopicLocks
 from outbox_relay.control.parking import Parking
 from outbox_relay.data.plan import RecordPlan
+from outbox_relay.direct.producer import producer_config
+from outbox_relay.direct.send import Sender
 from outbox_relay.ledger.delta import Ledger
 from outbox_relay.observe.runtime import RuntimeMetrics
+from outbox_relay.rules.cloudevent_topics import default_types
+from outbox_relay.rules.topic_rules import rule_for
 from outbox_relay.stream.batch import BatchProcessor, BatchSettings
 from outbox_relay.stream.delivery import Delivery
+from outbox_relay.stream.direct_lane import DirectLane, DirectSettings
 from outbox_relay.stream.lanes import DrainLane
 from outbox_relay.stream.round import Round, RoundSettings
+from outbox_relay.stream.settle import Settlement
+from outbox_relay.stream.spark_lane import SparkLane
 from outbox_relay.stream.stats import RelayStats
 from outbox_relay.stream.stop import StopSignal
 from outbox_relay.stream.topic_check import TopicCheck, TopicCheckSettings
@@ -141,14 +148,34 @@ def build_relay(config: Config, spark: SparkSession,
     return built
 
 
+def new_delivery(relay: Relay) -> Delivery:
+    """A lane's Delivery: the driver's producer unless the profile turns it off, and
+    Spark's sink once a session exists (Delivery.attach_spark)."""
+    config = relay.config
+    rules = list(config.relay.topic_rules)
+    settlement = Settlement(relay.claims, relay.parking, rules)
+    direct = None
+    if config.relay.direct_lane:
+        direct = DirectLane(
+            Sender(producer_config(config.kafka, config.relay.partitioner)),
+            DirectSettings.of(config), db=relay.db, admin=relay.admin, settlement=settlement,
+            cloudevents=lambda topics: default_types(rules, topics),
+            lost=lambda: delivery.lost_now())
+    delivery = Delivery(relay.metrics, direct=direct,
+                        transformed=lambda topic: rule_for(rules, topic).transform is not None)
+    if relay.spark is not None:
+        delivery.attach_spark(SparkLane(
+            relay.spark, RecordPlan(relay.spark, config, relay.token), db=relay.db,
+            admin=relay.admin, kafka=config.kafka, settlement=settlement,
+            lost=delivery.lost_now))
+    return delivery
+
+
 def new_round(relay: Relay, stop: StopSignal, stats: RelayStats,
               finished: Callable[[], None]) -> Round:
     """A lane's Round, its Delivery and TopicCheck, each given the parts it uses."""
     config = relay.config
-    delivery = Delivery(relay.spark, RecordPlan(relay.spark, config, relay.token),
-                        db=relay.db, admin=relay.admin, claims=relay.claims,
-                        parking=relay.parking, metrics=relay.metrics, kafka=config.kafka,
-                        topic_rules=list(config.relay.topic_rules))
+    delivery = new_delivery(relay)
     topics = TopicCheck(relay.db, relay.admin, TopicCheckSettings.of(config))
     return Round(relay.spark, delivery, topics, locks=relay.locks,
                  heartbeat_locks=relay.heartbeat_locks, claims=relay.claims,

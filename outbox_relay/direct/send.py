@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -114,7 +114,8 @@ class Sender:
         report = functools.partial(_on_delivery, sent, r.id)
         while True:
             try:
-                producer.produce(r.topic, value=r.value, key=r.key, headers=r.headers,
+                producer.produce(r.topic, value=r.value, key=r.key,
+                                 headers=cast("list[tuple[str, str | bytes | None]]", r.headers),
                                  partition=-1 if r.partition is None else r.partition,
                                  on_delivery=report)
                 return True
