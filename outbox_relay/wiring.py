@@ -45,7 +45,9 @@ def fencing_token(source_name: str) -> str:
 @dataclass
 class Relay:
     config: Config
-    spark: SparkSession
+    # None until the run's session is up (outbox_relay.launch.session, attach_spark): the
+    # direct lane delivers meanwhile.
+    spark: SparkSession | None
     token: str
     db: Database
     locks: TopicLocks
@@ -57,6 +59,14 @@ class Relay:
     metrics: RuntimeMetrics
     # The drain lanes' own control planes (outbox_relay.stream.lanes); none when they are off.
     drains: list[Relay] = field(default_factory=list)
+
+    def attach_spark(self, spark: SparkSession) -> None:
+        """The run's session is up: Spark writes from now on, and copies the ledger
+        where delta-rs does not."""
+        self.spark = spark
+        self.ledger.attach(spark)
+        for lane in self.drains:
+            lane.spark = spark
 
     def close(self) -> None:
         for db in (self.db, self.heartbeat_locks.db, self.ledger.db):
@@ -121,7 +131,7 @@ def drain_lane(main: Relay, lane: int = 0) -> Relay:
                  admin=main.admin, ledger=main.ledger, metrics=main.metrics)
 
 
-def build_relay(config: Config, spark: SparkSession,
+def build_relay(config: Config, spark: SparkSession | None,
                 registry: CollectorRegistry | None = None) -> Relay:
     """`registry` receives the runtime metrics (a new one when None); it is what the
     relay serves or pushes, so a collector registered into it is exported too."""
@@ -189,9 +199,10 @@ def batch_processor(relay: Relay, stop: StopSignal, *, bound: int | None = None,
     """The body of foreachBatch for `relay`'s lane, with its drain lanes beside it; every
     lane counts into one RelayStats."""
     shared = stats if stats is not None else RelayStats()
+    # A drain lane's rounds are backlogs: Spark's, once the session is up.
     drains = [DrainLane(batch_processor(lane, stop, bound=bound, stats=shared),
                         relay.spark, stop, relay.config.relay.poll_interval_s, relay.metrics)
-              for lane in relay.drains]
+              for lane in relay.drains if relay.spark is not None]
     return BatchProcessor(relay.db, relay.metrics, BatchSettings.of(relay.config),
                           lambda finished: new_round(relay, stop, shared, finished), stop,
                           bound=bound, continuous=continuous, stats=shared, drains=drains)

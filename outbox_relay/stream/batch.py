@@ -76,6 +76,7 @@ class BatchProcessor:
         # cannot keep a body running. The first round takes whatever is ready, as the
         # source (polling up to the same bound) expects of every micro-batch.
         self.bound = bound
+        self._bound_first = False
         # Continuous: an idle body keeps polling until its time is up, so a message
         # written then waits for one poll, not for Spark's next trigger.
         self.continuous = continuous
@@ -136,11 +137,16 @@ class BatchProcessor:
             raise
         self._end_drains(None)
 
+    def bound_every_round(self) -> None:
+        """Available-now: from now on even a body's first round takes only rows up to
+        `bound`, as the rounds of the slices after a run's first do (stream.before_spark)."""
+        self._bound_first = True
+
     def _rounds(self, deadline: float) -> None:
         rounds = 0
         while True:
             began = time.monotonic()
-            worked = self.run_once(self.bound if rounds else None)
+            worked = self.run_once(self.bound if rounds or self._bound_first else None)
             rounds += 1
             if self._drains:
                 self._hand_over(self.backlogged)
@@ -220,6 +226,12 @@ class BatchProcessor:
             return False
         pause = min(self._settings.poll_interval_s, deadline - time.monotonic())
         return pause > 0 and not self.stop.wait(pause)
+
+    def close(self) -> None:
+        """Closes this lane's round and its drain lanes' (their producers)."""
+        self._round.close()
+        for lane in self._drains:
+            lane.close()
 
     def warm_up(self) -> None:
         """The main lane's data plane, planned and loaded before its first write."""

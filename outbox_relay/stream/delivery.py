@@ -62,6 +62,16 @@ class Delivery:
         with self._guard:
             self._lost.clear()
 
+    def claim_limits(self, topics: int, rows: int, size: int) -> tuple[int, int]:
+        """A claim's per-topic row and byte limits: the profile's `rows` and `size`, or,
+        while only the driver sends (no Spark yet), the direct lane's, shared by the
+        round's `topics`: what it claims, it sends."""
+        if self._spark is not None or self._direct is None:
+            return rows, size
+        settings, n = self._direct.settings, max(1, topics)
+        return (min(rows, max(1, settings.max_rows // n)),
+                min(size, max(1024, settings.max_bytes // n)))
+
     def direct_takes(self, sessions: list[Claim]) -> bool:
         """Whether the driver's producer sends a batch of `sessions`."""
         direct = self._direct

@@ -72,6 +72,8 @@ class Rounds(Protocol):
         returns whether a stop came meanwhile."""
         ...
 
+    def close(self) -> None: ...
+
 
 class LaneSplit:
     """Which topics the drain lane holds; thread-safe."""
@@ -154,6 +156,9 @@ class DrainLane:
         if thread is not None:
             thread.join(timeout)
         return thread is None or not thread.is_alive()
+
+    def close(self) -> None:
+        self._rounds.close()
 
     def end(self) -> None:
         """Ends the lane after its round in flight and gives its topics back; raises the

@@ -54,7 +54,7 @@ class RoundSettings:
 class Round:
     """Runs one lane's rounds, one at a time, under the token of its locks and claims."""
 
-    def __init__(self, spark: SparkSession, delivery: Delivery, topics: TopicCheck, *,
+    def __init__(self, spark: SparkSession | None, delivery: Delivery, topics: TopicCheck, *,
                  locks: TopicLocks, heartbeat_locks: TopicLocks, claims: Claims,
                  parking: Parking, metrics: RuntimeMetrics, settings: RoundSettings,
                  stop: StopSignal, stats: RelayStats, finished: Callable[[], None]) -> None:
@@ -79,6 +79,11 @@ class Round:
 
     def warm_up(self) -> None:
         self._delivery.warm_up()
+
+    def close(self) -> None:
+        """Lets the driver's producer send what it holds and end (its threads and
+        sockets): a process may run several relays, one after the other."""
+        self._delivery.close()
 
     def run(self, ready: list[str]) -> bool:
         """One round on `ready`; returns whether it locked any topic."""
@@ -179,9 +184,10 @@ class Round:
         errors: dict[str, str],
     ) -> list[Claim]:
         settings = self._settings
+        limit, batch_bytes = self._delivery.claim_limits(
+            len(limits), settings.batch_size, settings.max_batch_bytes)
         with self.metrics.phase("claim"):
-            batch = self._claims.claim(limits, settings.batch_size,
-                                            settings.max_batch_bytes)
+            batch = self._claims.claim(limits, limit, batch_bytes)
         if self.on_backlog is not None and any(c.more for c in batch.claims):
             self.on_backlog()
         # What sessions that could not end withheld, settled by the claim before it claimed.
@@ -233,6 +239,8 @@ class Round:
         self.stats.note_errors(errors, cleared=done.owned - errors.keys())
 
     def _jvm_alive(self) -> bool:
+        if self._spark is None:
+            return True  # no session yet: the heartbeat watches the launcher alone
         try:
             jsc: Any = self._spark.sparkContext._jsc
             return not jsc.sc().isStopped()

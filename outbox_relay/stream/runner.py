@@ -63,6 +63,7 @@ def start_query(relay: Relay, processor: BatchProcessor, available_now: bool,
     """`bound` (available-now): the highest id the drain must move, for the source too."""
     log.info("starting the streaming query")
     spark = relay.spark
+    assert spark is not None, "the query starts once the session is up"
     spark.dataSource.register(OutboxSource)
     reader = spark.readStream.format(SOURCE_NAME).option(
         "config", to_json_without_secrets(relay.config))
