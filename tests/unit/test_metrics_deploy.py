@@ -184,3 +184,20 @@ def test_the_drain_cluster_gives_the_profile_its_pushgateway() -> None:
         value = cluster["new_cluster"]["spark_env_vars"]["RELAY_PUSHGATEWAY_URL"]
         match = re.fullmatch(r"\$\{var\.(\w+)\}", value)
         assert match and match.group(1) in variables, value
+
+
+MIGRATES = re.compile(r"(?i)(?<![-\w])relay\b[^.;]{0,60}\bmigrat(?:es|ed)\b")
+
+
+def test_no_page_says_the_relay_migrates_the_schema_at_its_start() -> None:
+    """A relay never migrates: on a schema behind its own it stops with exit 2
+    (outbox_relay/control/migrate.py, require_current), and `outbox-relay migrate` (the
+    bundle's migrate job, the drain job's first task) is what moves it on. The exporter's
+    units wait for that, not for a relay's start."""
+    pages = [REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "deploy").rglob("*"),
+             *(REPO / "conf").glob("*.toml"), REPO / "databricks.yml",
+             *(REPO / "resources").glob("*.yml")]
+    said = [f"{p.relative_to(REPO)}: {m[0]}" for p in pages
+            if p.is_file() and p.suffix not in {".whl", ".pyc"}
+            for m in MIGRATES.finditer(" ".join(p.read_text(encoding="utf-8").split()))]
+    assert not said, said
