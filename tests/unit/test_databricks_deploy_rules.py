@@ -86,6 +86,7 @@ def test_the_production_root_path_is_one_for_every_deployer(target: str) -> None
     person who deploys, and with it a second drain on the same checkpoint. Nor under
     /Workspace/Shared: "Shared folders are writable by all workspace users", and the
     jobs read their profile from the synced files.
+    https://docs.databricks.com/aws/en/dev-tools/bundles/deployment-modes
     https://github.com/databricks/cli/blob/main/bundle/config/mutator/resourcemutator/validate_target_mode.go
     https://github.com/databricks/cli/blob/main/bundle/permissions/workspace_root.go"""
     root_path = BUNDLES[target].settings.get("workspace", {}).get("root_path", "")
