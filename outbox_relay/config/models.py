@@ -219,8 +219,9 @@ class SparkSettings(StrictModel):
 
 class MetricsConfig(StrictModel):
     """Runtime metrics (outbox_relay.observe): served over HTTP by a continuous relay, pushed to
-    a Pushgateway at the end of an available-now run. The Pushgateway's credentials, if
-    any, come only from RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD.
+    a Pushgateway at the end of an available-now run and every push_interval_s while a
+    continuous one runs. The Pushgateway's credentials, if any, come only from
+    RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD.
     Off unless a profile turns it on: a port is taken only where someone chose it."""
 
     enabled: bool = False
@@ -228,6 +229,9 @@ class MetricsConfig(StrictModel):
     port: int = Field(9464, ge=1, le=65535)
     pushgateway_url: str | None = None
     pushgateway_timeout_s: float = Field(5.0, gt=0)
+    # Well inside the push alerts' 20 minutes, and a continuous relay's success shows
+    # within one interval (Databricks' drivers are scraped by nothing, so they push).
+    push_interval_s: float = Field(15.0, gt=0)
     job: str = Field("outbox-relay", min_length=1)
     # The first N topics seen get a label of their own, the rest share `(other)`
     # (outbox_relay.observe.labels, for the counters and the exporter's gauges alike): a label

@@ -20,6 +20,7 @@ from outbox_relay.stack import StackInfo
 from outbox_relay.stream.runner import RunResult, run
 from outbox_relay.stream.stop import StopSignal
 from outbox_relay.wiring import Relay, build_relay
+from tests.integration.prometheus import running_pushgateway
 
 pytestmark = pytest.mark.integration
 
@@ -122,3 +123,10 @@ def run_in_thread(fn: Callable[[], RunResult]) -> tuple[threading.Thread, list[R
     thread = threading.Thread(target=lambda: results.append(fn()), daemon=True)
     thread.start()
     return thread, results
+
+
+@pytest.fixture
+def pushgateway(tmp_path: Path) -> Iterator[str]:
+    """A real Pushgateway on a free port of 127.0.0.1: its address."""
+    with running_pushgateway(tmp_path) as address:
+        yield address
