@@ -11,15 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from outbox_relay.config import Config
-from outbox_relay.config.load import load_config
-from outbox_relay.control.db import Database
-from outbox_relay.control.kafka_admin import KafkaAdmin
-from outbox_relay.control.migrate import require_current
 from outbox_relay.errors import ConfigError, exit_code_of, logged_exit_code
 from outbox_relay.exit_codes import ExitCode
+from outbox_relay.launch.extras import require_relay_extra, require_spark_extra
 from outbox_relay.launch.launcher import announce_ready
-from outbox_relay.launch.spark_extra import require_spark_extra
 from outbox_relay.launch.spark_jars import (
     cached_jars,
     has_relay_jars,
@@ -30,7 +25,9 @@ from outbox_relay.observe.logs import LOG_FORMATS, configure_logging
 from outbox_relay.stream.stop import StopSignal, forward_submitting_jvm_signals
 
 if TYPE_CHECKING:
-    # Not at run time: it imports pyspark, which require_spark_extra looks for first.
+    # Not at import: they import pydantic and pyspark, which the base install lacks and
+    # main() looks for first (outbox_relay.launch.extras).
+    from outbox_relay.config import Config
     from outbox_relay.stream.runner import RunResult
 
 log = logging.getLogger("outbox_relay")
@@ -57,6 +54,10 @@ def parser() -> argparse.ArgumentParser:
 
 def preflight(config: Config) -> None:
     """Fail fast, with one line naming the service, if something needed is not there."""
+    from outbox_relay.control.db import Database
+    from outbox_relay.control.kafka_admin import KafkaAdmin
+    from outbox_relay.control.migrate import require_current
+
     db = Database(config.postgres, "outbox-relay-preflight")
     try:
         require_current(db)
@@ -164,10 +165,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # What a stop before the first round ends the run with: nothing was drained.
     stopped = ExitCode.INTERRUPTED if args.available_now else ExitCode.OK
     try:
-        require_spark_extra()
+        require_spark_extra()  # first: [spark] brings [relay] too
+        require_relay_extra()
         forward_submitting_jvm_signals(stop)
         announce_ready()
         log.debug("start-up: stop signals are taken")
+        from outbox_relay.config.load import load_config
+
         config = load_config(args.config)
         relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now)
         if relaunched is not None:

@@ -20,6 +20,7 @@ from outbox_relay.stack import StackInfo
 from outbox_relay.stream.runner import RunResult, run
 from outbox_relay.stream.stop import StopSignal
 from outbox_relay.wiring import Relay, build_relay
+from tests.integration.wheel import build_wheel
 
 pytestmark = pytest.mark.integration
 
@@ -64,6 +65,12 @@ def cur(migrated_url: str) -> Iterator[Any]:
             yield cursor
     finally:
         conn.close()
+
+
+@pytest.fixture(scope="session")
+def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of the checked-in sources, built once for every test that installs it."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 ConfigFactory = Callable[..., Config]

@@ -161,7 +161,7 @@ def test_the_bundle_app_runs_the_exporter_with_its_secrets_and_profile() -> None
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     pins = [line for line in (source / "requirements.txt").read_text("utf-8").splitlines()
             if line and not line.startswith("#")]
-    assert pins == [f"outbox-relay=={pyproject['project']['version']}"]
+    assert pins == [f"outbox-relay[relay]=={pyproject['project']['version']}"]
 
 
 def test_the_databricks_profile_exports_the_drains_counters() -> None:
