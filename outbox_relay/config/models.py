@@ -1,8 +1,10 @@
-"""The pydantic models of a profile (loaded by outbox_relay.config.load).
+"""The pydantic models of a profile's sections (the whole: outbox_relay.config.profile;
+loaded by outbox_relay.config.load).
 
-Secrets never live in the profile: the PostgreSQL password comes from
-RELAY_POSTGRES_PASSWORD (or the password part of RELAY_POSTGRES_URL), and Kafka
-security values may name an environment variable as ``env:NAME``.
+Secrets never live in the profile: the
+PostgreSQL password comes from RELAY_POSTGRES_PASSWORD (or the password part of
+RELAY_POSTGRES_URL), and Kafka security values may name an environment variable as
+``env:NAME``.
 """
 
 from __future__ import annotations
@@ -10,17 +12,11 @@ from __future__ import annotations
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
-from pydantic import (
-    Field,
-    SecretStr,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, SecretStr, field_validator
 
 from outbox_relay.config.base import StrictModel
 from outbox_relay.config.checks import (
     at_most_bytes,
-    check_lock_timeouts,
     check_regex,
     keep_delivery_guarantees,
     resolve_env_ref,
@@ -49,7 +45,12 @@ class PostgresConfig(StrictModel):
     @field_validator("url")
     @classmethod
     def _postgres_scheme(cls, value: str) -> str:
-        if urlsplit(value).scheme not in ("postgresql", "postgres"):
+        parts = urlsplit(value)
+        try:
+            parts.port  # noqa: B018 - urllib checks the port only when asked for it
+        except ValueError:
+            parts = parts._replace(scheme="")
+        if parts.scheme not in ("postgresql", "postgres"):
             raise ValueError("must look like postgresql://user@host:port/database")
         return value
 
@@ -248,33 +249,3 @@ class MetricsConfig(StrictModel):
             raise ValueError("credentials never go into the URL (set "
                              "RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD)")
         return value
-
-
-class Config(StrictModel):
-    postgres: PostgresConfig = PostgresConfig()
-    kafka: KafkaConfig = KafkaConfig()
-    ledger: LedgerConfig = LedgerConfig()
-    relay: RelaySettings = RelaySettings()
-    spark: SparkSettings = SparkSettings()
-    metrics: MetricsConfig = MetricsConfig()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _derive_statement_timeout(cls, data: Any) -> Any:
-        """Unset, the control plane's statement timeout is half the lock timeout."""
-        if not isinstance(data, dict):
-            return data
-        pg, settings = data.get("postgres", {}), data.get("relay", {})
-        if not isinstance(pg, dict) or not isinstance(settings, dict):
-            return data  # validation reports the wrong type
-        default_lock_s = RelaySettings.model_fields["lock_timeout_s"].default
-        lock_s = settings.get("lock_timeout_s", default_lock_s)
-        if "statement_timeout_ms" in pg or not isinstance(lock_s, int | float) or lock_s <= 0:
-            return data
-        return {**data, "postgres": {**pg, "statement_timeout_ms": max(1, int(lock_s * 500))}}
-
-    @model_validator(mode="after")
-    def _timeouts_keep_the_lock(self) -> Config:
-        check_lock_timeouts(self.relay.lock_timeout_s, self.relay.heartbeat_interval_s,
-                            self.postgres.statement_timeout_ms)
-        return self
