@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from outbox_relay.config import Config
 from outbox_relay.config.env import PASSWORD_ENV, EnvLayer, merge, read_environment
+from outbox_relay.config.local_stack import resolve_local_stack
 from outbox_relay.errors import ConfigError
 
 
@@ -67,6 +68,7 @@ def build_config(data: dict[str, Any], env: Mapping[str, str] | None = None) -> 
         )
     layer = read_environment(env)
     data = merge(data, copy.deepcopy(layer.values))
+    resolve_local_stack(data)
     _split_password(data, env)
     try:
         return Config.model_validate(data)
