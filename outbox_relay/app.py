@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -21,7 +20,8 @@ from outbox_relay.launch.spark_jars import (
     install_spark_defaults,
     own_spark_conf_dir,
 )
-from outbox_relay.observe.logs import LOG_FORMATS, configure_logging
+from outbox_relay.observe.logs import configure_logging
+from outbox_relay.options import add_global_options
 from outbox_relay.stream.stop import StopSignal, forward_submitting_jvm_signals
 
 if TYPE_CHECKING:
@@ -34,20 +34,14 @@ log = logging.getLogger("outbox_relay")
 
 
 def parser() -> argparse.ArgumentParser:
+    """jobs/relay.py's: the global options of `outbox-relay` (RELAY_CONFIG included), and
+    --available-now."""
     p = argparse.ArgumentParser(prog="relay", description="Relay the PostgreSQL outbox to Kafka.")
-    p.add_argument("--config", help="TOML profile, e.g. conf/local.toml")
+    add_global_options(p)
     p.add_argument(
         "--available-now",
         action="store_true",
         help="drain what exists, then exit (0 only when drained)",
-    )
-    p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
-    p.add_argument(
-        "--log-format",
-        choices=LOG_FORMATS,
-        default=os.environ.get("RELAY_LOG_FORMAT", "text"),
-        help="json: one object per line (time, level, logger, message, exception); "
-        "default: RELAY_LOG_FORMAT, else text",
     )
     return p
 
@@ -157,8 +151,6 @@ def _without_spark_progress_bar(config: Config) -> Config:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.log_format not in LOG_FORMATS:  # from RELAY_LOG_FORMAT, which argparse trusts
-        parser().error(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
     configure_logging(args.log_level, args.log_format)
     stop = StopSignal()
     stop.install()
