@@ -18,11 +18,11 @@ from pydantic_settings import EnvSettingsSource, SettingsError
 from outbox_relay.config.profile import Config
 from outbox_relay.errors import ConfigError
 
-PREFIX = "RELAY_"
-DELIMITER = "__"
+PREFIX = Config.model_config["env_prefix"]
+DELIMITER = Config.model_config["env_nested_delimiter"]
 PASSWORD_ENV = "RELAY_POSTGRES_PASSWORD"
 # The names documented before every key had one; each still sets its key.
-ENV_ALIASES: dict[str, tuple[str, ...]] = {
+ENV_ALIASES: dict[str, tuple[str, str]] = {
     "RELAY_POSTGRES_URL": ("postgres", "url"),
     "RELAY_KAFKA_BOOTSTRAP_SERVERS": ("kafka", "bootstrap_servers"),
     "RELAY_LEDGER_PATH": ("ledger", "path"),
@@ -57,7 +57,7 @@ class _Source(EnvSettingsSource):
         super().__init__(Config)
 
     def _load_env_vars(self) -> Mapping[str, str | None]:
-        return {k.lower(): v for k, v in self._environ.items() if v}
+        return {k.lower(): v for k, v in self._environ.items() if v or not self.env_ignore_empty}
 
 
 @dataclass(frozen=True)
@@ -83,10 +83,10 @@ def read_environment(env: Mapping[str, str]) -> EnvLayer:
     """The keys `env` sets, aliases first and the nested names over them."""
     values: dict[str, Any] = {}
     variables: dict[Path, str] = {}
-    for name, path in ENV_ALIASES.items():
+    for name, (section, key) in ENV_ALIASES.items():
         if env.get(name):
-            set_path(values, path, env[name])
-            variables[path] = name
+            values.setdefault(section, {})[key] = env[name]
+            variables[(section, key)] = name
     nested = {name: path for name, value in env.items() if value
               for path in [key_path(name)] if path is not None}
     for name, path in nested.items():
@@ -111,16 +111,6 @@ def _not_json(nested: dict[str, Path], env: Mapping[str, str]) -> str:
             return (f"invalid config key {'.'.join(path)} (from {name}): not valid JSON "
                     "(lists and tables are given as JSON)")
     return "invalid configuration in the environment: a RELAY_ variable could not be read"
-
-
-def set_path(data: dict[str, Any], path: Path, value: Any) -> None:
-    node = data
-    for part in path[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"config key {part!r} must be a table")
-        node = child
-    node[path[-1]] = value
 
 
 def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

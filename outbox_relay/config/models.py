@@ -1,10 +1,9 @@
 """The pydantic models of a profile's sections (the whole: outbox_relay.config.profile;
 loaded by outbox_relay.config.load).
 
-Secrets never live in the profile: the
-PostgreSQL password comes from RELAY_POSTGRES_PASSWORD (or the password part of
-RELAY_POSTGRES_URL), and Kafka security values may name an environment variable as
-``env:NAME``.
+Secrets never live in the profile: the PostgreSQL password comes from
+RELAY_POSTGRES_PASSWORD (or the password part of RELAY_POSTGRES_URL), and Kafka
+security values may name an environment variable as ``env:NAME``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from importlib.machinery import ModuleSpec
 
 import pytest
@@ -55,18 +56,25 @@ def test_a_module_without_a_spec_counts_as_present() -> None:
     assert missing_spark_modules(find) == []
 
 
-@pytest.mark.parametrize("hidden", [("numpy",), ("pyspark", "numpy", "pyarrow"), ("pyarrow",)])
+@pytest.mark.parametrize(("require", "extra", "install", "hidden"), [
+    (require_spark_extra, "[spark]", INSTALL, ("numpy",)),
+    (require_spark_extra, "[spark]", INSTALL, SPARK_EXTRA_MODULES),
+    (require_spark_extra, "[spark]", INSTALL, ("pyarrow",)),
+    (require_relay_extra, "[relay]", RELAY_INSTALL, ("psycopg2",)),
+    (require_relay_extra, "[relay]", RELAY_INSTALL, RELAY_EXTRA_MODULES),
+])
 def test_the_error_is_one_line_naming_each_missing_module_and_the_extra(
-    hidden: tuple[str, ...],
+    require: Callable[[Finder], None], extra: str, install: str, hidden: tuple[str, ...],
 ) -> None:
     with pytest.raises(ConfigError) as caught:
-        require_spark_extra(_without(*hidden))
+        require(_without(*hidden))
     message = str(caught.value)
     assert caught.value.exit_code == ExitCode.USAGE
     assert "\n" not in message
-    assert "[spark]" in message and INSTALL in message
+    assert extra in message and install in message
     assert f"no {', '.join(hidden)}," in message
-    assert {m for m in SPARK_EXTRA_MODULES if m in message} == set(hidden)
+    assert {m for m in (*SPARK_EXTRA_MODULES, *RELAY_EXTRA_MODULES) if m in message} == set(
+        hidden)
 
 
 def test_the_spark_extra_declares_every_module_the_check_looks_for() -> None:
@@ -76,19 +84,6 @@ def test_the_spark_extra_declares_every_module_the_check_looks_for() -> None:
     base = {Requirement(r).name for r in project["dependencies"]}
     assert set(SPARK_EXTRA_MODULES) <= extra
     assert not set(SPARK_EXTRA_MODULES) & base
-
-
-@pytest.mark.parametrize("hidden", [("psycopg2",), RELAY_EXTRA_MODULES])
-def test_the_relay_extras_error_is_one_line_naming_each_missing_module(
-    hidden: tuple[str, ...],
-) -> None:
-    with pytest.raises(ConfigError) as caught:
-        require_relay_extra(_without(*hidden))
-    message = str(caught.value)
-    assert caught.value.exit_code == ExitCode.USAGE
-    assert "\n" not in message
-    assert "[relay]" in message and RELAY_INSTALL in message
-    assert f"no {', '.join(hidden)}," in message
 
 
 def _hide(modules: tuple[str, ...]) -> str:
