@@ -21,6 +21,7 @@ from outbox_relay.stream.runner import RunResult, run
 from outbox_relay.stream.stop import StopSignal
 from outbox_relay.wiring import Relay, build_relay
 from tests.integration.prometheus import running_pushgateway
+from tests.integration.wheel import build_wheel
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +66,12 @@ def cur(migrated_url: str) -> Iterator[Any]:
             yield cursor
     finally:
         conn.close()
+
+
+@pytest.fixture(scope="session")
+def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of the checked-in sources, built once for every test that installs it."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 ConfigFactory = Callable[..., Config]
