@@ -175,21 +175,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress = _progress_stream(args)
         if progress is not None:
             config = _without_spark_progress_bar(config)
+        from outbox_relay.launch.session import SparkSource
         from outbox_relay.launch.spark import build_session
         from outbox_relay.stream.runner import run
         from outbox_relay.wiring import build_relay
 
-        session = build_session(config)
-        log.debug("start-up: the Spark session is ready")
-        relay = build_relay(config, session)
+        # The session is built beside the first rounds, which the driver's producer sends
+        # (outbox_relay.launch.session): in a thread of its own, pyspark leaves our SIGINT
+        # handler in place.
+        relay = build_relay(config, None)
         log.debug("start-up: the relay is wired")
-        # pyspark's SparkContext replaced our SIGINT handler with one that cancels every
-        # job and raises KeyboardInterrupt: a SIGINT must stop gracefully, like SIGTERM.
-        stop.install()
         try:
             if stop.requested:
                 return stopped
-            result = run(relay, args.available_now, stop, progress)
+            source = SparkSource(lambda: build_session(config))
+            result = run(relay, args.available_now, stop, progress, source)
         finally:
             relay.close()
     except KeyboardInterrupt:

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
         explain.install()
     from outbox_relay.launch.spark import build_session
-    from outbox_relay.stream import runner
+    from outbox_relay.stream import query, runner
     from outbox_relay.stream.stop import StopSignal
     from outbox_relay.wiring import build_relay
 
@@ -156,14 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     relay = build_relay(config, spark)
     build_s = time.perf_counter() - t0
     progress: list[dict[str, Any]] = []
-    original_start = runner.start_query
+    original_start = query.start_query
 
     def start_query(*a: Any, **k: Any) -> Any:
         q = original_start(*a, **k)
         threading.Thread(target=_collect, args=(q, progress), daemon=True).start()
         return q
 
-    runner.start_query = start_query
+    query.start_query = start_query  # type: ignore[assignment]
     stop = StopSignal()
     stop.install()  # the bench ends a continuous profile with SIGTERM
     if args.seconds:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from outbox_relay.config import KafkaConfig
+from outbox_relay.observe.client_log import ClientLog
 from outbox_relay.rules.partitioners import Partitioner
 
 # librdkafka's partitioner for a record whose partition the relay did not set (a topic
@@ -47,7 +48,9 @@ def producer_config(kafka: KafkaConfig, partitioner: Partitioner) -> dict[str, A
         "retry.backoff.ms": kafka.retry_backoff_ms,
         "queue.buffering.max.kbytes": kafka.buffer_memory // 1024,
         "partitioner": _LIBRDKAFKA_PARTITIONER[partitioner],
-        # The relay logs through its own logger (the admin client does the same).
+        # Through Python logging, as the admin client's (a connection the broker closes
+        # while idle is no news).
+        "logger": ClientLog(),
         "log.connection.close": False,
         **kafka.librdkafka_options,
     }
