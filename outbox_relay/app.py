@@ -6,7 +6,8 @@ import argparse
 import logging
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -74,8 +75,20 @@ def check_transforms(config: Config) -> None:
                 raise ConfigError(f"relay.topic_rules.{i}.transform: {exc}") from None
 
 
-def resubmit_with_jars_if_needed(config: Config, stop: StopSignal,
-                                 available_now: bool) -> int | None:
+def _take_stop_signals(stop: StopSignal) -> None:
+    """TERM and INT to spark-submit's JVM stop the relay from now on (before, its own
+    handler ended spark-submit with 143); a launcher of this driver may pass a stop on."""
+    try:
+        forward_submitting_jvm_signals(stop)
+    except Exception as exc:  # the relay still stops on its own Python's signals
+        log.warning("cannot take spark-submit's stop signals: %s", exc)
+    announce_ready()
+    log.debug("start-up: stop signals are taken")
+
+
+def resubmit_with_jars_if_needed(config: Config, stop: StopSignal, available_now: bool,
+                                 before_launch: Callable[[], None] = lambda: None,
+                                 ) -> int | None:
     """Under a spark-submit whose driver JVM lacks the relay's jars (first use, before
     `outbox-relay jars --install`): install them for the next start when this Spark is
     the venv's own, and run this once more as a spark-submit that has them. Returns that
@@ -98,6 +111,7 @@ def resubmit_with_jars_if_needed(config: Config, stop: StopSignal,
                 "them (%s)", hint)
     from outbox_relay.launch.launcher import Launcher, resubmit_argv
 
+    before_launch()  # the stop signals taken first: the launcher's own replace them
     with tempfile.TemporaryDirectory(prefix="outbox-relay-") as tmp:
         argv = resubmit_argv(conf.getAll(), jars, Path(tmp) / "spark.properties")
         stopped = ExitCode.INTERRUPTED if available_now else ExitCode.OK
@@ -152,6 +166,7 @@ def _without_spark_progress_bar(config: Config) -> Config:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
+    log.debug("start-up: the relay's Python runs")
     stop = StopSignal()
     stop.install()
     # What a stop before the first round ends the run with: nothing was drained.
@@ -159,13 +174,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         require_spark_extra()  # first: [spark] brings [relay] too
         require_relay_extra()
-        forward_submitting_jvm_signals(stop)
-        announce_ready()
-        log.debug("start-up: stop signals are taken")
+        # Beside the start-up: its callback server takes most of a second that the first
+        # round need not wait for (a launcher first waits for it, see announce_ready).
+        signals = threading.Thread(target=_take_stop_signals, args=(stop,),
+                                   name="relay-stop-signals", daemon=True)
+        signals.start()
         from outbox_relay.config.load import load_config
 
         config = load_config(args.config)
-        relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now)
+        relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now,
+                                                  before_launch=signals.join)
         if relaunched is not None:
             return relaunched
         if stop.requested:

@@ -75,7 +75,8 @@ class Sender:
                  new_producer: Callable[[dict[str, Any]], Producer] = Producer) -> None:
         self._config = config
         self._new = new_producer
-        self._producer: Producer | None = None
+        # Made at once: it connects to the brokers while the round locks and claims.
+        self._producer: Producer | None = new_producer(config)
 
     def _get(self) -> Producer:
         if self._producer is None:
