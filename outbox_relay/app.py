@@ -126,6 +126,9 @@ def print_summary(result: RunResult) -> None:
         f"outbox-relay: {sum(stats.published.values())} messages delivered "
         f"in {result.seconds:.1f} s ({stats.batches} batches)"
     )
+    if stats.lanes:
+        print(f"outbox-relay: {stats.lanes['direct']} by the driver's producer, "
+              f"{stats.lanes['spark']} by Spark's executors")
     for topic in topics:
         line = f"  {topic}: {stats.published[topic]} delivered"
         if stats.compacted[topic]:

@@ -87,8 +87,10 @@ class Delivery:
             if self.direct_takes(sessions):
                 assert self._direct is not None
                 outcome = self._direct.deliver(batch_id, sessions)
+                outcome.lane = "direct"
             elif self._spark is not None:
                 outcome = self._spark.deliver(batch_id, sessions)
+                outcome.lane = "spark"
             else:
                 raise RuntimeError("a batch the direct lane cannot take before Spark is up")
             lost = self.lost_now()

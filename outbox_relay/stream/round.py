@@ -71,6 +71,7 @@ class Round:
         self._topics = topics
         self.metrics = metrics
         self._written_at = time.monotonic()  # when the last write of a round ended
+        self._lane = ""  # which lane wrote the last round's batch
         # The topics of the last round whose claims stopped at their limit.
         self.backlogged: frozenset[str] = frozenset()
         # Called as soon as a claim stops at its limit, before the write (the runner
@@ -203,6 +204,7 @@ class Round:
         with self.metrics.phase("write"):
             outcome = self._delivery.deliver(batch.batch_id, sessions)
         self._written_at = time.monotonic()
+        self._lane = outcome.lane
         errors.update(outcome.errors)
         for topic, n in outcome.parked.items():
             self._count(topic, Outcome.PARKED, n)
@@ -222,6 +224,7 @@ class Round:
         for c in acknowledged:
             if c.topic in done.owned:
                 self._count(c.topic, Outcome.PUBLISHED, c.rows)
+                self.stats.add_lane(self._lane, c.rows)
         for topic, n in done.compacted.items():
             self._count(topic, Outcome.COMPACTED, n)
         self.backlogged = frozenset(c.topic for c in acknowledged

@@ -31,6 +31,7 @@ class Outcome:
     acknowledged: list[Claim] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     parked: Counter[str] = field(default_factory=Counter)
+    lane: str = ""  # which lane wrote: "direct" or "spark"
 
 
 def outage(admin: KafkaAdmin, reason: str) -> str | None:
