@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -27,6 +28,7 @@ from outbox_relay.launch.spark_jars import (
     own_spark_conf_dir,
 )
 from outbox_relay.observe.logs import LOG_FORMATS, configure_logging
+from outbox_relay.stream.budget import budget_seconds
 from outbox_relay.stream.stop import StopSignal, forward_submitting_jvm_signals
 
 if TYPE_CHECKING:
@@ -43,6 +45,13 @@ def parser() -> argparse.ArgumentParser:
         "--available-now",
         action="store_true",
         help="drain what exists, then exit (0 only when drained)",
+    )
+    p.add_argument(
+        "--time-budget-s",
+        type=budget_seconds,
+        metavar="S",
+        help="with --available-now: claim nothing after S seconds from the start, finish "
+        "the round in flight, exit 1 if rows are left; default: relay.available_now_budget_s",
     )
     p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
     p.add_argument(
@@ -134,7 +143,8 @@ def print_summary(result: RunResult) -> None:
                 else "not drained"
             )
         )
-        print(f"left over: topic {s.topic}: {why}")
+        ran_out = f" ({result.out_of_time})" if result.out_of_time else ""
+        print(f"left over: topic {s.topic}: {why}{ran_out}")
     if result.unverified:
         print(result.unverified)
 
@@ -154,10 +164,21 @@ def _without_spark_progress_bar(config: Config) -> Config:
     return config.model_copy(update={"spark": config.spark.model_copy(update={"conf": conf})})
 
 
+def _with_time_budget(config: Config, seconds: float | None) -> Config:
+    """The profile with `--time-budget-s`, which wins over its own budget."""
+    if seconds is None:
+        return config
+    relay = config.relay.model_copy(update={"available_now_budget_s": seconds})
+    return config.model_copy(update={"relay": relay})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    launched = time.monotonic()  # a drain's time budget counts from here
     args = parser().parse_args(argv)
     if args.log_format not in LOG_FORMATS:  # from RELAY_LOG_FORMAT, which argparse trusts
         parser().error(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+    if args.time_budget_s is not None and not args.available_now:
+        parser().error("--time-budget-s bounds a drain: it needs --available-now")
     configure_logging(args.log_level, args.log_format)
     stop = StopSignal()
     stop.install()
@@ -168,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         forward_submitting_jvm_signals(stop)
         announce_ready()
         log.debug("start-up: stop signals are taken")
-        config = load_config(args.config)
+        config = _with_time_budget(load_config(args.config), args.time_budget_s)
         relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now)
         if relaunched is not None:
             return relaunched
@@ -193,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if stop.requested:
                 return stopped
-            result = run(relay, args.available_now, stop, progress)
+            result = run(relay, args.available_now, stop, progress, started=launched)
         finally:
             relay.close()
     except KeyboardInterrupt:

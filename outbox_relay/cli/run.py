@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from outbox_relay.stream.budget import budget_seconds
+
 
 def run_argv(args: argparse.Namespace) -> list[str]:
     """The command line of outbox_relay.app.main for `outbox-relay [--config C] run ...`."""
     argv = ["--config", args.config] if args.config else []
     if args.available_now:
         argv.append("--available-now")
+    if getattr(args, "time_budget_s", None) is not None:
+        argv += ["--time-budget-s", repr(args.time_budget_s)]
     if args.log_level:
         argv += ["--log-level", args.log_level]
     if getattr(args, "log_format", None):
@@ -35,6 +39,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # The relay's own options, named here: a REMAINDER argument took no option as its
     # first word, so `outbox-relay run --available-now` was refused.
     run.add_argument("--available-now", action="store_true", help="drain what exists, then exit")
+    run.add_argument("--time-budget-s", type=budget_seconds, metavar="S",
+                     help="with --available-now: claim nothing after S seconds, exit 1 if "
+                     "rows are left; default: relay.available_now_budget_s")
     run.add_argument("--log-level", help="default: RELAY_LOG_LEVEL, else INFO")
     run.add_argument("--log-format", choices=("text", "json"),
                      help="json: one object per line; default: RELAY_LOG_FORMAT, else text")
