@@ -8,17 +8,13 @@ from outbox_relay.stream.budget import budget_seconds
 
 
 def run_argv(args: argparse.Namespace) -> list[str]:
-    """The command line of outbox_relay.app.main for `outbox-relay [--config C] run ...`."""
+    """The command line of outbox_relay.app.main for `outbox-relay run ...`."""
     argv = ["--config", args.config] if args.config else []
     if args.available_now:
         argv.append("--available-now")
-    if getattr(args, "time_budget_s", None) is not None:
+    if args.time_budget_s is not None:
         argv += ["--time-budget-s", repr(args.time_budget_s)]
-    if args.log_level:
-        argv += ["--log-level", args.log_level]
-    if getattr(args, "log_format", None):
-        argv += ["--log-format", args.log_format]
-    return argv
+    return [*argv, "--log-level", args.log_level, "--log-format", args.log_format]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -42,9 +38,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--time-budget-s", type=budget_seconds, metavar="S",
                      help="with --available-now: claim nothing after S seconds, exit 1 if "
                      "rows are left; default: relay.available_now_budget_s")
-    run.add_argument("--log-level", help="default: RELAY_LOG_LEVEL, else INFO")
-    run.add_argument("--log-format", choices=("text", "json"),
-                     help="json: one object per line; default: RELAY_LOG_FORMAT, else text")
     run.set_defaults(fn=_run)
     demo = sub.add_parser("demo", help="local stack, demo outbox, drain, summary")
     demo.add_argument("--messages", type=int, default=3000)

@@ -26,6 +26,8 @@ NOT_IN_THE_REPOSITORY = (
     "/Volumes/",        # a Databricks workspace's Unity Catalog Volumes
     "/dbfs/",           # a Databricks driver's DBFS mount
     "/metrics",         # the HTTP path a continuous relay serves, not a file
+    ".databricks/",     # the Databricks CLI's local state, git-ignored (variable overrides)
+    "/Workspace/",      # a Databricks workspace's folders
 )
 FILE_SUFFIXES = {".py", ".toml", ".yml", ".yaml", ".md", ".json", ".txt", ".png", ".sql",
                  ".xml", ".whl", ".cfg", ".ini"}
