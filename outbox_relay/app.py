@@ -7,6 +7,7 @@ import logging
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -23,6 +24,7 @@ from outbox_relay.launch.spark_jars import (
 )
 from outbox_relay.observe.logs import configure_logging
 from outbox_relay.options import add_global_options
+from outbox_relay.stream.budget import budget_seconds
 from outbox_relay.stream.stop import StopSignal, forward_submitting_jvm_signals
 
 if TYPE_CHECKING:
@@ -35,14 +37,21 @@ log = logging.getLogger("outbox_relay")
 
 
 def parser() -> argparse.ArgumentParser:
-    """jobs/relay.py's: the global options of `outbox-relay` (RELAY_CONFIG included), and
-    --available-now."""
+    """jobs/relay.py's: the global options of `outbox-relay` (RELAY_CONFIG included),
+    --available-now and --time-budget-s."""
     p = argparse.ArgumentParser(prog="relay", description="Relay the PostgreSQL outbox to Kafka.")
     add_global_options(p)
     p.add_argument(
         "--available-now",
         action="store_true",
         help="drain what exists, then exit (0 only when drained)",
+    )
+    p.add_argument(
+        "--time-budget-s",
+        type=budget_seconds,
+        metavar="S",
+        help="with --available-now: claim nothing after S seconds from the start, finish "
+        "the round in flight, exit 1 if rows are left; default: relay.available_now_budget_s",
     )
     return p
 
@@ -146,7 +155,8 @@ def print_summary(result: RunResult) -> None:
                 else "not drained"
             )
         )
-        print(f"left over: topic {s.topic}: {why}")
+        ran_out = f" ({result.out_of_time})" if result.out_of_time else ""
+        print(f"left over: topic {s.topic}: {why}{ran_out}")
     if result.unverified:
         print(result.unverified)
 
@@ -166,8 +176,19 @@ def _without_spark_progress_bar(config: Config) -> Config:
     return config.model_copy(update={"spark": config.spark.model_copy(update={"conf": conf})})
 
 
+def _with_time_budget(config: Config, seconds: float | None) -> Config:
+    """The profile with `--time-budget-s`, which wins over its own budget."""
+    if seconds is None:
+        return config
+    relay = config.relay.model_copy(update={"available_now_budget_s": seconds})
+    return config.model_copy(update={"relay": relay})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    launched = time.monotonic()  # a drain's time budget counts from here
     args = parser().parse_args(argv)
+    if args.time_budget_s is not None and not args.available_now:
+        parser().error("--time-budget-s bounds a drain: it needs --available-now")
     configure_logging(args.log_level, args.log_format)
     log.debug("start-up: the relay's Python runs")
     stop = StopSignal()
@@ -184,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signals.start()
         from outbox_relay.config.load import load_config
 
-        config = load_config(args.config)
+        config = _with_time_budget(load_config(args.config), args.time_budget_s)
         relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now,
                                                   before_launch=signals.join)
         if relaunched is not None:
@@ -210,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if stop.requested:
                 return stopped
             source = SparkSource(lambda: build_session(config))
-            result = run(relay, args.available_now, stop, progress, source)
+            result = run(relay, args.available_now, stop, progress, source, started=launched)
         finally:
             relay.close()
     except KeyboardInterrupt:

@@ -108,9 +108,16 @@ def run_with_query(spark: SparkSession, config: Config, processor: BatchProcesso
                     stopping = True
                     query.stop()
             error = query.exception() if query is not None else None
-            if (query is None or error is None or stopping or stop.requested
-                    or attempt > START_ATTEMPTS
-                    or not start_timed_out(error, query, processor.failure)):
+            late = (query is not None and error is not None
+                    and start_timed_out(error, query, processor.failure))
+            if late and (stopping or stop.requested):
+                # Nothing of the query ran, and a new start would only be stopped: the
+                # run ends as its stop (a signal, a spent time budget) ends it.
+                log.warning("the streaming query did not start before the stop: its "
+                            "source's Python worker did not connect back in time")
+                error = None
+                break
+            if not late or attempt > START_ATTEMPTS:
                 if isinstance(ended, BaseException):
                     raise ended  # as awaitTermination raised it: judged below
                 break

@@ -28,6 +28,7 @@ from outbox_relay.observe.progress import Progress
 from outbox_relay.observe.serve import exported
 from outbox_relay.stream.batch import BatchProcessor
 from outbox_relay.stream.before_spark import rounds_before_spark
+from outbox_relay.stream.budget import TimeBudget, describe
 from outbox_relay.stream.query import run_with_query
 from outbox_relay.stream.stats import RelayStats
 from outbox_relay.stream.stop import StopSignal, forward_jvm_signals
@@ -53,6 +54,8 @@ class RunResult:
     left_over: list[TopicState]
     # Set when PostgreSQL could not say what is left at the end of a drain.
     unverified: str | None = None
+    # Set when the drain's time budget ended it with rows left: what ran out.
+    out_of_time: str | None = None
 
 
 def left_over(relay: Relay, bound: int | None = None) -> list[TopicState]:
@@ -62,22 +65,24 @@ def left_over(relay: Relay, bound: int | None = None) -> list[TopicState]:
 
 
 def run(relay: Relay, available_now: bool, stop: StopSignal | None = None,
-        progress: TextIO | None = None, source: SparkSource | None = None) -> RunResult:
+        progress: TextIO | None = None, source: SparkSource | None = None,
+        started: float | None = None) -> RunResult:
     """Runs the relay until it drained (available-now) or is stopped. Its metrics are
     served meanwhile, or pushed at the end (outbox_relay.observe.serve); `progress`, for an
     available-now run, receives the progress line. A relay without a Spark session
     sends by the driver's producer until `source` has built one
-    (outbox_relay.stream.before_spark)."""
+    (outbox_relay.stream.before_spark). An available-now run's time budget counts from
+    `started` (time.monotonic(); default: now)."""
     metrics = relay.config.metrics
     if relay.spark is None and source is None:
         raise ValueError("a relay without a Spark session needs a source for one")
     with exported(metrics, relay.metrics.registry, available_now,
                   relay.config.relay.source_name):
-        return _run(relay, available_now, stop or StopSignal(), progress, source)
+        return _run(relay, available_now, stop or StopSignal(), progress, source, started)
 
 
 def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO | None,
-         source: SparkSource | None) -> RunResult:
+         source: SparkSource | None, launched: float | None) -> RunResult:
     started = time.monotonic()
     bound = max_id(relay.db) if available_now else None
     stats = RelayStats()
@@ -87,6 +92,8 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO |
     flusher = LedgerFlusher.for_run(relay.ledger, relay.config.ledger, available_now,
                                     lambda: bool(current) and current[-1].draining())
     flusher.start()
+    budget = TimeBudget(relay.config.relay.available_now_budget_s if available_now else None,
+                        started if launched is None else launched, stop)
     failed = False
     error: BaseException | None = None
     try:
@@ -121,10 +128,12 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO |
         log.error("the run failed: %s", first_line(exc))
         failed, error = True, exc
     finally:
-        flusher.stop(copy_now=not stop.requested)
+        budget.cancel()
+        failure = (current[-1].failure if current else None) or error
+        # A drain its budget ended copies as a drain's end does; a stop signal does not.
+        flusher.stop(copy_now=not stop.requested or (stop.ran_out and failure is None))
         if line is not None:
             line.close(stats)
-    failure = (current[-1].failure if current else None) or error
     remaining: list[TopicState] = []
     unverified = None
     if bound is not None:
@@ -133,9 +142,11 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO |
         except RelayError as exc:
             unverified = f"drain not verified: PostgreSQL unreachable at the end ({exc})"
             log.error("%s", unverified)
-    code = _exit_code(available_now, stop.requested, failed, remaining,
+    code = _exit_code(available_now, stop.interrupted, failed, remaining,
                       verified=unverified is None, failure=failure)
-    return RunResult(code, stats, time.monotonic() - started, remaining, unverified)
+    spent = budget.seconds if stop.ran_out and remaining else None
+    return RunResult(code, stats, time.monotonic() - started, remaining, unverified,
+                     None if spent is None else describe(spent))
 
 
 def _progress_line(relay: Relay, progress: TextIO | None, bound: int | None
