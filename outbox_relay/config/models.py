@@ -166,7 +166,12 @@ class RelaySettings(StrictModel):
     source_name: str = Field(DEFAULT_SOURCE_NAME, min_length=1)
     batch_size: int = Field(10_000, ge=1, le=1_000_000)
     max_batch_bytes: int = Field(256 * 1024 * 1024, ge=1024)
-    poll_interval_s: float = Field(0.2, gt=0)
+    # The wait between polls while work comes, and the least time between two rounds of a
+    # trickle: with the driver's producer a round costs milliseconds, so a message waits
+    # for its round about half of this. After a second without work the relay polls only
+    # every idle_poll_interval_s (an idle relay costs next to nothing), until work comes.
+    poll_interval_s: float = Field(0.05, gt=0)
+    idle_poll_interval_s: float = Field(0.25, gt=0)
     lock_timeout_s: float = Field(60.0, gt=0)
     heartbeat_interval_s: float = Field(10.0, gt=0)
     backoff_base_s: float = Field(2.0, gt=0)

@@ -31,6 +31,8 @@ from outbox_relay.stream.stop import StopSignal
 
 log = logging.getLogger(__name__)
 
+# How long a continuous body finds no work before it polls at the idle interval.
+IDLE_AFTER_S = 1.0
 # Failures after which a batch body gives up its rounds and the next ones try again.
 _RETRIED = (DatabaseUnavailableError, UnreachableError)
 
@@ -51,12 +53,14 @@ class BatchSettings:
     lock_timeout_s: float
     include_topics: list[str]
     exclude_topics: list[str]
+    idle_poll_interval_s: float = 0.25
 
     @classmethod
     def of(cls, config: Config) -> BatchSettings:
         relay = config.relay
         return cls(relay.micro_batch_s, relay.poll_interval_s, relay.lock_timeout_s,
-                   list(relay.include_topics), list(relay.exclude_topics))
+                   list(relay.include_topics), list(relay.exclude_topics),
+                   relay.idle_poll_interval_s)
 
 
 class BatchProcessor:
@@ -92,6 +96,7 @@ class BatchProcessor:
         # keeps its value while the next round runs (see `draining`).
         self._found_backlog: frozenset[str] = frozenset()
         self._drains = list(drains)
+        self._worked_at = time.monotonic()  # when a round last locked a topic
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         self.run_rounds(f"micro-batch {batch_id}", self._settings.micro_batch_s)
@@ -224,7 +229,11 @@ class BatchProcessor:
             self._show_progress()
         if not self.continuous and not draining:
             return False
-        pause = min(self._settings.poll_interval_s, deadline - time.monotonic())
+        settings = self._settings
+        idle = time.monotonic() - self._worked_at >= IDLE_AFTER_S
+        wait = max(settings.idle_poll_interval_s, settings.poll_interval_s) if idle else (
+            settings.poll_interval_s)
+        pause = min(wait, deadline - time.monotonic())
         return pause > 0 and not self.stop.wait(pause)
 
     def close(self) -> None:
@@ -262,6 +271,8 @@ class BatchProcessor:
         """One round, on the ready topics (with rows up to `bound` when given; of `only`
         when given, else not the drain lane's); returns whether it locked any topic."""
         worked = self._round.run(self._ready(bound, only))
+        if worked:
+            self._worked_at = time.monotonic()
         self._found_backlog = self.backlogged
         return worked
 

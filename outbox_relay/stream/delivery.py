@@ -72,6 +72,12 @@ class Delivery:
         return (min(rows, max(1, settings.max_rows // n)),
                 min(size, max(1024, settings.max_bytes // n)))
 
+    def sendable(self, topic: str) -> bool:
+        """Whether a lane can send `topic` now: a transformed topic's records are made on
+        the executors (outbox_relay.data.transform), so it waits for Spark."""
+        return self._spark is not None or (self._direct is not None
+                                           and not self._transformed(topic))
+
     def direct_takes(self, sessions: list[Claim]) -> bool:
         """Whether the driver's producer sends a batch of `sessions`."""
         direct = self._direct

@@ -95,6 +95,8 @@ class Round:
             # (outbox_relay.stream.starting).
             failpoints.until(lambda: self.stop.body_waiting)
             failpoints.raise_db_error("round_db_error", self._locks.db.execute)
+        # Before Spark is up a transformed topic waits: its records are made by Spark.
+        ready = [t for t in ready if self._delivery.sendable(t)]
         if not ready:
             return False
         with self.metrics.phase("lock"):
