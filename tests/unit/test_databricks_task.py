@@ -1,7 +1,7 @@
 """The Databricks task's entry point follows the one exit-code policy: a success returns,
 a warning returns after one line in the task's log, a failure raises (the task's retries
 then run, whatever its outcome: docs/exit-codes.md says why). Commands that really exit
-with each class of code; tests/integration/test_databricks_task.py runs those that need
+with each class of code; tests/integration/test_databricks_task_status.py runs those that need
 the local stack (`status`, a drain that leaves a topic over)."""
 
 from __future__ import annotations

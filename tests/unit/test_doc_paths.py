@@ -25,6 +25,7 @@ NOT_IN_THE_REPOSITORY = (
     "dist/",            # `python -m build --wheel` writes the wheel there
     ".venv", ".venv/",  # made by `make setup`
     ".venv-airflow", ".venv-airflow/",  # made by `make airflow-venv`
+    ".venv-airflow-oldest", ".venv-airflow-oldest/",
     ".relay-data/",     # the local stack's data and tools, git-ignored
     "conf/prod.toml",   # the profile a user writes from conf/local.toml
     "/Volumes/",        # a Databricks workspace's Unity Catalog Volumes
@@ -45,6 +46,11 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`]+)`")
 COMMAND = re.compile(r"(?<![\w/.-])outbox-relay(?=\s|$)((?:[ \t]+[^\s`]+)*)")
 PUNCTUATION = "\"'(),;:|"
+# `databricks bundle VERB ARGS`; a VERB alone in a code span is the command's name in prose.
+BUNDLE_COMMAND = re.compile(r"databricks\s+bundle\s+([a-z-]+)((?:[ \t]+[^\s`]+)*)")
+BUNDLE_TARGET = re.compile(r"(?:^|\s)(?:-t|--target)[ =](?:dev|prod)(?:\s|$)")
+# The CLI's bundle commands that take no target.
+BUNDLE_UNTARGETED = {"init", "schema"}
 
 
 def _blocks(text: str) -> Iterator[tuple[str, str]]:
@@ -165,6 +171,20 @@ def test_every_named_subcommand_exists(page: Path) -> None:
             if (problem := _command_problem(match.group(1).split(), parser)) is not None:
                 wrong[phrase] = problem
     assert not wrong, f"{page.relative_to(REPO)} names commands the CLI lacks: {wrong}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_bundle_command_names_its_target(page: Path) -> None:
+    """Without `-t`, a bundle command acts on the default target, dev: a deploy meant for
+    prod (pausing its drain for Airflow, say) changes dev and leaves prod as it was."""
+    untargeted = [f"databricks bundle {verb}{args}"
+                  for kind, text in _blocks(page.read_text(encoding="utf-8"))
+                  if kind in ("span", *SHELL_BLOCKS)
+                  for verb, args in BUNDLE_COMMAND.findall(text)
+                  if args.strip() and verb not in BUNDLE_UNTARGETED
+                  and not BUNDLE_TARGET.search(args.split("#")[0])]
+
+    assert untargeted == [], f"{page.relative_to(REPO)}: no -t dev or -t prod in {untargeted}"
 
 
 def test_the_readme_is_short_and_links_every_page() -> None:

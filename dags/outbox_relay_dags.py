@@ -21,23 +21,20 @@ profile's checkpoint):
   a second cluster every 5 minutes. Pause the job's own schedule when Airflow triggers
   it (``--var drain_pause_status=PAUSED``).
 
-Exit codes (``outbox_relay/exit_codes.py``; the decisions are ``outbox_relay_exits.POLICY``
-and docs/airflow.md):
+Exit codes: each status of spark-submit takes the outcome the relay's one exit-code
+policy gives it (``outbox_relay/exit_codes.py``, the table below; docs/exit-codes.md),
+through ``outbox_relay_exits``:
 
-- 0 OK: success.
-- 1 LEFT_OVER: success with a warning naming the topics, when the relay printed its
-  left-over lines (every other topic drained; the rest wait in error or are locked by
-  another relay, and the next run tries them again). A bare exit 1 without those
-  lines is spark-submit's or Python's own failure: retried.
-- 2 USAGE, 10 MIGRATION_FAILED, 11, 12, 13, 16, 17 (other commands' codes), 15 DEFECT: failed,
-  not retried (a person must fix the profile, the schema files or the code): the
-  task's ``retry_policy`` fails them at once.
-- 3 INTERRUPTED, 4 UNREACHABLE, 5 QUERY_FAILED, 6 NOT_VERIFIED, 7 DATABASE_ERROR,
-  8 DATABASE_LOST, 9 LOCK_LOST, 14 RELAY_ERROR, 130 AT_ONCE, and any status outside
-  the table: failed and retried. A retry reads what is still in the outbox: at least
-  once, as after any restart.
-- On Databricks a non-zero exit fails the job's task (and its run: the Airflow task
-  fails), after the job's own task retries.
+- SUCCESS (0 OK) and WARN (1 LEFT_OVER) succeed. WARN logs a warning naming the topics
+  left over and puts the relay's lines in the XCom ``left_over``. An exit 1 without
+  those lines is spark-submit's or Python's own failure: retried.
+- RETRY codes, and any status outside the table, take the task's retries.
+- FAIL codes (2 USAGE, 10 MIGRATION_FAILED, 15 DEFECT, ...) fail at once: the task's
+  ``retry_policy`` from Airflow 3.3, an ``AirflowFailException`` on 3.0 to 3.2.
+- The Databricks task fails when the job's run fails: its entry point raises on RETRY
+  and FAIL codes, after the job's own task retries.
+
+Airflow 3.0.0 to 3.3.2 with the providers of requirements/airflow*.txt (docs/airflow.md).
 
 A task that fails for good (retries spent, or not retried) calls
 ``RelayFailureNotifier``: a line in the task log, and a JSON POST to a webhook when
@@ -79,8 +76,10 @@ from airflow.sdk import DAG
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.append(str(Path(__file__).resolve().parent))
 
-from outbox_relay_exits import RELAY_HOME, markdown_table
+from outbox_relay_exits import RELAY_HOME
 from outbox_relay_operators import RelayFailureNotifier, RelaySparkSubmitOperator
+
+from outbox_relay.exit_codes import markdown_table  # on the path: outbox_relay_exits put it
 
 PROFILE = os.environ.get("OUTBOX_RELAY_PROFILE") or str(RELAY_HOME / "conf" / "prod.toml")
 SPARK_CONN_ID = os.environ.get("OUTBOX_RELAY_SPARK_CONN_ID") or "spark_default"
@@ -91,7 +90,7 @@ ALERT_CONN_ID = os.environ.get("OUTBOX_RELAY_ALERT_CONN_ID") or None
 # A template, so the Variable is read when the task runs, not each time the file is parsed.
 DATABRICKS_JOB_ID = "{{ var.value.outbox_relay_databricks_job_id }}"
 
-# The UI's DAG docs: this docstring and the decision for every code, from the table itself.
+# The UI's DAG docs: this docstring and the outcome of every code, from the table itself.
 DOC_MD = f"{__doc__}\n{markdown_table()}\n"
 EVERY_5_MINUTES = "*/5 * * * *"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
