@@ -4,59 +4,54 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from outbox_relay.config import Config
-from outbox_relay.config.load import load_config
-from outbox_relay.control.db import Database
-from outbox_relay.control.kafka_admin import KafkaAdmin
-from outbox_relay.control.migrate import require_current
 from outbox_relay.errors import ConfigError, exit_code_of, logged_exit_code
 from outbox_relay.exit_codes import ExitCode
+from outbox_relay.launch.extras import require_relay_extra, require_spark_extra
 from outbox_relay.launch.launcher import announce_ready
-from outbox_relay.launch.spark_extra import require_spark_extra
 from outbox_relay.launch.spark_jars import (
     cached_jars,
     has_relay_jars,
     install_spark_defaults,
     own_spark_conf_dir,
 )
-from outbox_relay.observe.logs import LOG_FORMATS, configure_logging
+from outbox_relay.observe.logs import configure_logging
+from outbox_relay.options import add_global_options
 from outbox_relay.stream.stop import StopSignal, forward_submitting_jvm_signals
 
 if TYPE_CHECKING:
-    # Not at run time: it imports pyspark, which require_spark_extra looks for first.
+    # Not at import: they import pydantic and pyspark, which the base install lacks and
+    # main() looks for first (outbox_relay.launch.extras).
+    from outbox_relay.config import Config
     from outbox_relay.stream.runner import RunResult
 
 log = logging.getLogger("outbox_relay")
 
 
 def parser() -> argparse.ArgumentParser:
+    """jobs/relay.py's: the global options of `outbox-relay` (RELAY_CONFIG included), and
+    --available-now."""
     p = argparse.ArgumentParser(prog="relay", description="Relay the PostgreSQL outbox to Kafka.")
-    p.add_argument("--config", help="TOML profile, e.g. conf/local.toml")
+    add_global_options(p)
     p.add_argument(
         "--available-now",
         action="store_true",
         help="drain what exists, then exit (0 only when drained)",
-    )
-    p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
-    p.add_argument(
-        "--log-format",
-        choices=LOG_FORMATS,
-        default=os.environ.get("RELAY_LOG_FORMAT", "text"),
-        help="json: one object per line (time, level, logger, message, exception); "
-        "default: RELAY_LOG_FORMAT, else text",
     )
     return p
 
 
 def preflight(config: Config) -> None:
     """Fail fast, with one line naming the service, if something needed is not there."""
+    from outbox_relay.control.db import Database
+    from outbox_relay.control.kafka_admin import KafkaAdmin
+    from outbox_relay.control.migrate import require_current
+
     db = Database(config.postgres, "outbox-relay-preflight")
     try:
         require_current(db)
@@ -156,18 +151,19 @@ def _without_spark_progress_bar(config: Config) -> Config:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.log_format not in LOG_FORMATS:  # from RELAY_LOG_FORMAT, which argparse trusts
-        parser().error(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
     configure_logging(args.log_level, args.log_format)
     stop = StopSignal()
     stop.install()
     # What a stop before the first round ends the run with: nothing was drained.
     stopped = ExitCode.INTERRUPTED if args.available_now else ExitCode.OK
     try:
-        require_spark_extra()
+        require_spark_extra()  # first: [spark] brings [relay] too
+        require_relay_extra()
         forward_submitting_jvm_signals(stop)
         announce_ready()
         log.debug("start-up: stop signals are taken")
+        from outbox_relay.config.load import load_config
+
         config = load_config(args.config)
         relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now)
         if relaunched is not None:

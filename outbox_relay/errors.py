@@ -27,6 +27,13 @@ class UnreachableError(RelayError):
     exit_code = ExitCode.UNREACHABLE
 
 
+class NotRunningError(RelayError):
+    """A service the profile names is not running, and nothing here starts it (the local
+    stack); the message names the command that does."""
+
+    exit_code = ExitCode.NOT_FOUND
+
+
 class DatabaseError(RelayError):
     """A PostgreSQL statement failed."""
 

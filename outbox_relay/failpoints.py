@@ -7,6 +7,9 @@ A fault switch (`armed`) makes the relay see the world as a race would show it:
 - ``after_ack`` (crash): between Kafka's acknowledgement and the delete's commit;
 - ``stale_topic_config`` (switch): topic configs read before the topic turned compacted,
   so only the broker refuses a keyless record there;
+- ``stale_max_message_bytes`` (switch): topic configs read before the topic's
+  max.message.bytes was lowered: the relay takes the producer's max.request.size for the
+  topic's limit, so only the broker refuses a record over the topic's real one;
 - ``second_bridge_round_db_error`` (switch): the second round a continuous relay runs
   before its query's first batch body takes over (outbox_relay.stream.starting) meets a real
   database error, as a failing server would raise it, once that body waits behind it.

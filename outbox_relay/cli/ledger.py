@@ -6,7 +6,7 @@ import argparse
 
 from outbox_relay.config.load import load_config
 from outbox_relay.exit_codes import ExitCode
-from outbox_relay.launch.spark_extra import require_spark_extra
+from outbox_relay.launch.extras import require_spark_extra
 
 
 def _ledger(args: argparse.Namespace) -> int:

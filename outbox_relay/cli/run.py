@@ -6,15 +6,11 @@ import argparse
 
 
 def run_argv(args: argparse.Namespace) -> list[str]:
-    """The command line of outbox_relay.app.main for `outbox-relay [--config C] run ...`."""
+    """The command line of outbox_relay.app.main for `outbox-relay run ...`."""
     argv = ["--config", args.config] if args.config else []
     if args.available_now:
         argv.append("--available-now")
-    if args.log_level:
-        argv += ["--log-level", args.log_level]
-    if getattr(args, "log_format", None):
-        argv += ["--log-format", args.log_format]
-    return argv
+    return [*argv, "--log-level", args.log_level, "--log-format", args.log_format]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -32,12 +28,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser("run", help="run the relay (same as jobs/relay.py)")
-    # The relay's own options, named here: a REMAINDER argument took no option as its
+    # The relay's own option, named here: a REMAINDER argument took no option as its
     # first word, so `outbox-relay run --available-now` was refused.
     run.add_argument("--available-now", action="store_true", help="drain what exists, then exit")
-    run.add_argument("--log-level", help="default: RELAY_LOG_LEVEL, else INFO")
-    run.add_argument("--log-format", choices=("text", "json"),
-                     help="json: one object per line; default: RELAY_LOG_FORMAT, else text")
     run.set_defaults(fn=_run)
     demo = sub.add_parser("demo", help="local stack, demo outbox, drain, summary")
     demo.add_argument("--messages", type=int, default=3000)

@@ -1,5 +1,6 @@
-"""Configuration: the models of a profile (models), loading a profile from TOML and the
-environment (load), and the checks the models' validators share (checks).
+"""Configuration: the models of a profile (profile, and its sections: models), loading a
+profile from TOML and the environment (load, env), and the checks the models' validators
+share (checks).
 
 The models are exported here, so `from outbox_relay.config import Config` names them wherever
 they live; loading is imported from `outbox_relay.config.load`."""
@@ -8,7 +9,6 @@ from outbox_relay.config.models import (
     DEFAULT_TOP_TOPICS,
     MAX_HEADER_PREFIX_BYTES,
     MAX_SOURCE_NAME_BYTES,
-    Config,
     KafkaConfig,
     LedgerConfig,
     MetricsConfig,
@@ -16,6 +16,7 @@ from outbox_relay.config.models import (
     RelaySettings,
     SparkSettings,
 )
+from outbox_relay.config.profile import Config
 from outbox_relay.config.topic_rule import TopicRule
 
 __all__ = [

@@ -1,9 +1,11 @@
-"""Configuration loading: a TOML profile plus environment overrides, into outbox_relay.config's
-models, with one error line naming the key (exit 2) when anything is wrong.
+"""Configuration loading: a TOML profile with the environment laid over it
+(outbox_relay.config.env), into outbox_relay.config's models, with one error line naming
+the key, and the variable when the value came from one (exit 2), when anything is wrong.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import tomllib
@@ -15,28 +17,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pydantic import ValidationError
 
 from outbox_relay.config import Config
+from outbox_relay.config.env import PASSWORD_ENV, EnvLayer, merge, read_environment
+from outbox_relay.config.local_stack import resolve_local_stack
 from outbox_relay.errors import ConfigError
-
-ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
-    "RELAY_POSTGRES_URL": ("postgres", "url"),
-    "RELAY_KAFKA_BOOTSTRAP_SERVERS": ("kafka", "bootstrap_servers"),
-    "RELAY_LEDGER_PATH": ("ledger", "path"),
-    "RELAY_CHECKPOINT_PATH": ("relay", "checkpoint_path"),
-    "RELAY_SOURCE_NAME": ("relay", "source_name"),
-    # Where a drain pushes its counters: a deployment's address, like the others here.
-    "RELAY_PUSHGATEWAY_URL": ("metrics", "pushgateway_url"),
-}
-PASSWORD_ENV = "RELAY_POSTGRES_PASSWORD"
-
-
-def _set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    node = data
-    for part in path[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"config key {part!r} must be a table")
-        node = child
-    node[path[-1]] = value
 
 
 def _split_password(data: dict[str, Any], env: Mapping[str, str]) -> None:
@@ -57,9 +40,10 @@ def _split_password(data: dict[str, Any], env: Mapping[str, str]) -> None:
         pg["password"] = env[PASSWORD_ENV]
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValidationError, layer: EnvLayer) -> str:
     first = exc.errors()[0]
-    key = ".".join(str(p) for p in first["loc"]) or "<root>"
+    path = tuple(str(p) for p in first["loc"])
+    key = ".".join(path) or "<root>"
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
         msg = "unknown setting"
@@ -67,27 +51,29 @@ def _describe(exc: ValidationError) -> str:
         # A rule over several keys names the one to change first in its message.
         named, _, msg = str(first["ctx"]["error"]).partition(": ")
         if not first["loc"] or named.startswith(f"{key}."):
-            key = named
+            key, path = named, tuple(named.split("."))
+    variable = layer.variable_for(path)
+    source = f" (from {variable})" if variable else ""
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"invalid config key {key}: {msg}{more}"
+    return f"invalid config key {key}{source}: {msg}{more}"
 
 
 def build_config(data: dict[str, Any], env: Mapping[str, str] | None = None) -> Config:
-    """Validate a raw mapping after applying environment overrides."""
+    """Validate a profile's tables with the environment laid over them."""
     env = os.environ if env is None else env
-    for var, path in ENV_OVERRIDES.items():
-        if env.get(var):
-            _set_path(data, path, env[var])
     if isinstance(data.get("postgres"), dict) and "password" in data["postgres"]:
         raise ConfigError(
             f"invalid config key postgres.password: secrets are read from {PASSWORD_ENV}, "
             "never from a profile"
         )
+    layer = read_environment(env)
+    data = merge(data, copy.deepcopy(layer.values))
+    resolve_local_stack(data)
     _split_password(data, env)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+        raise ConfigError(_describe(exc, layer)) from None
 
 
 def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:

@@ -1,4 +1,5 @@
-"""The pydantic models of a profile (loaded by outbox_relay.config.load).
+"""The pydantic models of a profile's sections (the whole: outbox_relay.config.profile;
+loaded by outbox_relay.config.load).
 
 Secrets never live in the profile: the PostgreSQL password comes from
 RELAY_POSTGRES_PASSWORD (or the password part of RELAY_POSTGRES_URL), and Kafka
@@ -10,22 +11,18 @@ from __future__ import annotations
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
-from pydantic import (
-    Field,
-    SecretStr,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, SecretStr, field_validator
 
 from outbox_relay.config.base import StrictModel
 from outbox_relay.config.checks import (
     at_most_bytes,
-    check_lock_timeouts,
     check_regex,
     keep_delivery_guarantees,
     resolve_env_ref,
 )
 from outbox_relay.config.topic_rule import TopicRule
+from outbox_relay.rules.headers import DEFAULT_HEADER_PREFIX, DEFAULT_SOURCE_NAME
+from outbox_relay.rules.record_size import DEFAULT_COMPRESSION, DEFAULT_MAX_REQUEST_SIZE
 
 # Per-topic metric series before the rest are folded into one series: the default of
 # `metrics.max_label_topics`, which `metrics serve --max-label-topics` overrides.
@@ -47,7 +44,12 @@ class PostgresConfig(StrictModel):
     @field_validator("url")
     @classmethod
     def _postgres_scheme(cls, value: str) -> str:
-        if urlsplit(value).scheme not in ("postgresql", "postgres"):
+        parts = urlsplit(value)
+        try:
+            parts.port  # noqa: B018 - urllib checks the port only when asked for it
+        except ValueError:
+            parts = parts._replace(scheme="")
+        if parts.scheme not in ("postgresql", "postgres"):
             raise ValueError("must look like postgresql://user@host:port/database")
         return value
 
@@ -83,7 +85,7 @@ class PostgresConfig(StrictModel):
 
 class KafkaConfig(StrictModel):
     bootstrap_servers: str = "127.0.0.1:9092"
-    max_request_size: int = Field(1_048_576, ge=1024)
+    max_request_size: int = Field(DEFAULT_MAX_REQUEST_SIZE, ge=1024)
     # Kafka's own default. A write hands all its records to the producer at once, so its
     # last batch waits for the whole write: a first write of 100 MB to 1,000 new topics
     # passed 60 s in 2 of 5 default runs on a slow machine (bench/, W3), failed, and sent
@@ -93,7 +95,7 @@ class KafkaConfig(StrictModel):
     request_timeout_ms: int = Field(15_000, ge=1000)
     linger_ms: int = Field(5, ge=0)
     batch_size: int = Field(262_144, ge=1024)
-    compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
+    compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = DEFAULT_COMPRESSION
     # The Java producer fetches metadata at most once per backoff, and each topic new to
     # it waits for a fetch before its first record: at Kafka's default (100 ms) a first
     # write to 1,000 topics waited about 50 s (bench/, W3). Also the first retry's pause.
@@ -155,7 +157,7 @@ MAX_DRAIN_LANES = 8
 
 
 class RelaySettings(StrictModel):
-    source_name: str = Field("outbox-relay", min_length=1)
+    source_name: str = Field(DEFAULT_SOURCE_NAME, min_length=1)
     batch_size: int = Field(10_000, ge=1, le=1_000_000)
     max_batch_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     poll_interval_s: float = Field(0.2, gt=0)
@@ -164,7 +166,7 @@ class RelaySettings(StrictModel):
     backoff_base_s: float = Field(2.0, gt=0)
     backoff_max_s: float = Field(300.0, gt=0)
     partitioner: Literal["murmur2", "crc32"] = "murmur2"
-    header_prefix: str = Field("outbox-relay.", min_length=1)
+    header_prefix: str = Field(DEFAULT_HEADER_PREFIX, min_length=1)
     include_topics: list[str] = Field(default_factory=lambda: [".*"])
     exclude_topics: list[str] = Field(default_factory=list)
     topic_rules: list[TopicRule] = Field(default_factory=list)
@@ -219,8 +221,9 @@ class SparkSettings(StrictModel):
 
 class MetricsConfig(StrictModel):
     """Runtime metrics (outbox_relay.observe): served over HTTP by a continuous relay, pushed to
-    a Pushgateway at the end of an available-now run. The Pushgateway's credentials, if
-    any, come only from RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD.
+    a Pushgateway at the end of an available-now run and every push_interval_s while a
+    continuous one runs. The Pushgateway's credentials, if any, come only from
+    RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD.
     Off unless a profile turns it on: a port is taken only where someone chose it."""
 
     enabled: bool = False
@@ -228,6 +231,9 @@ class MetricsConfig(StrictModel):
     port: int = Field(9464, ge=1, le=65535)
     pushgateway_url: str | None = None
     pushgateway_timeout_s: float = Field(5.0, gt=0)
+    # Well inside the push alerts' 20 minutes, and a continuous relay's success shows
+    # within one interval (Databricks' drivers are scraped by nothing, so they push).
+    push_interval_s: float = Field(15.0, gt=0)
     job: str = Field("outbox-relay", min_length=1)
     # The first N topics seen get a label of their own, the rest share `(other)`
     # (outbox_relay.observe.labels, for the counters and the exporter's gauges alike): a label
@@ -246,33 +252,3 @@ class MetricsConfig(StrictModel):
             raise ValueError("credentials never go into the URL (set "
                              "RELAY_PUSHGATEWAY_USERNAME and RELAY_PUSHGATEWAY_PASSWORD)")
         return value
-
-
-class Config(StrictModel):
-    postgres: PostgresConfig = PostgresConfig()
-    kafka: KafkaConfig = KafkaConfig()
-    ledger: LedgerConfig = LedgerConfig()
-    relay: RelaySettings = RelaySettings()
-    spark: SparkSettings = SparkSettings()
-    metrics: MetricsConfig = MetricsConfig()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _derive_statement_timeout(cls, data: Any) -> Any:
-        """Unset, the control plane's statement timeout is half the lock timeout."""
-        if not isinstance(data, dict):
-            return data
-        pg, settings = data.get("postgres", {}), data.get("relay", {})
-        if not isinstance(pg, dict) or not isinstance(settings, dict):
-            return data  # validation reports the wrong type
-        default_lock_s = RelaySettings.model_fields["lock_timeout_s"].default
-        lock_s = settings.get("lock_timeout_s", default_lock_s)
-        if "statement_timeout_ms" in pg or not isinstance(lock_s, int | float) or lock_s <= 0:
-            return data
-        return {**data, "postgres": {**pg, "statement_timeout_ms": max(1, int(lock_s * 500))}}
-
-    @model_validator(mode="after")
-    def _timeouts_keep_the_lock(self) -> Config:
-        check_lock_timeouts(self.relay.lock_timeout_s, self.relay.heartbeat_interval_s,
-                            self.postgres.statement_timeout_ms)
-        return self

@@ -7,22 +7,21 @@ row's size against the topic's limit, the shape of its user headers, a parked me
 of the same key). The first bad row of a topic cuts that topic's claim, so order is
 kept and the row is reported by id.
 
-On a topic the relay compacts, the claim deletes the rows it supersedes at once, in its
-own transaction, and stages their ledger record (`compacted`). Their successors stay in
-the outbox until they are delivered or parked, whatever becomes of this claim's write:
-a superseded row left behind would be claimed alone after a failed write, and sent after
-a newer value of its key that the write did deliver.
+On a topic the relay compacts, the claim withholds the rows it supersedes: they stay in
+the outbox, their ids in the session's `compacted_ids`, and the session's end decides
+whether they leave as `compacted` (outbox_relay.control.withheld). Before it claims, the claim
+settles what sessions that could not end withhold on its topics, in its own transaction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from outbox_relay.control.db import Database
 from outbox_relay.control.locks import HELD, held_by
+from outbox_relay.control.withheld import FREE_WITHHELD, compact_withheld
 from outbox_relay.rules.cloudevent_topics import PLAIN, TopicFlags, sql_arrays
-from outbox_relay.rules.outcomes import Outcome
 from outbox_relay.rules.partitioners import Partitioner
 
 
@@ -39,11 +38,13 @@ def live_session(s: str) -> str:
 
 
 # Sessions of a relay that died or lost its lock. Another token's session goes only once
-# it is stale, so a relay whose own lock lapsed cannot remove the live owner's session.
+# it is stale, so a relay whose own lock lapsed cannot remove the live owner's session;
+# and only once it withholds nothing (withheld.COMPACT_WITHHELD, fenced, settles that
+# first), or its rows would be sent as if nothing had been sent after them.
 CLEAR_STALE_SESSIONS = f"""
 DELETE FROM relay_sessions s
 WHERE s.topic = ANY(%(topics)s::varchar[]) AND s.lock_token <> %(token)s
-  AND NOT {live_session("s")}
+  AND cardinality(s.compacted_ids) = 0 AND NOT {live_session("s")}
 """
 
 CLAIM = """
@@ -108,38 +109,24 @@ backlog AS (
                                                     AND h.n > 1) AS more
     FROM healthy h GROUP BY h.topic
 ),
+-- A key's newest row in the claim is never superseded, so every session keeps at least
+-- one row to send. The superseded rows are withheld (outbox_relay.control.withheld), not
+-- deleted: whether they may leave depends on what becomes of the write.
 grouped AS (
     SELECT topic, array_agg(id ORDER BY id) FILTER (WHERE NOT superseded) AS ids,
-           array_agg(id) FILTER (WHERE superseded) AS superseded
+           coalesce(array_agg(id ORDER BY id) FILTER (WHERE superseded), '{}') AS withheld
     FROM chosen GROUP BY topic
 ),
--- Fenced as the claim is: `chosen` holds rows of held topics only. A key's newest row in
--- the claim is never superseded, so every session keeps at least one row to send.
-compacted AS (
-    DELETE FROM kafka_messages m
-    USING grouped g
-    WHERE m.id = ANY(g.superseded) AND m.topic = g.topic
-    RETURNING m.id, m.topic
-),
 session AS (
-    INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids)
-    SELECT gen_random_uuid(), (SELECT batch_id FROM batch), topic, %(token)s, ids
+    INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids, compacted_ids)
+    SELECT gen_random_uuid(), (SELECT batch_id FROM batch), topic, %(token)s, ids, withheld
     FROM grouped
-    RETURNING session_id, batch_id, topic, cardinality(ids) AS rows
-),
--- The ledger record of exactly the rows deleted, under the session that decided it.
-staged AS (
-    INSERT INTO relay_ledger_staging (session_id, topic, outcome, ids, source)
-    SELECT s.session_id, s.topic, %(compacted)s, array_agg(c.id), %(source)s
-    FROM compacted c JOIN session s ON s.topic = c.topic
-    GROUP BY s.session_id, s.topic
-    RETURNING topic, cardinality(ids) AS compacted
+    RETURNING session_id, batch_id, topic, cardinality(ids) AS rows,
+              cardinality(compacted_ids) AS withheld
 )
-SELECT coalesce(s.topic, f.topic) AS topic, s.session_id, s.batch_id, s.rows,
-       coalesce(st.compacted, 0) AS compacted, f.bad_id, f.problem,
-       coalesce(b.more, false) AS more
+SELECT coalesce(s.topic, f.topic) AS topic, s.session_id, s.batch_id, s.rows, s.withheld,
+       f.bad_id, f.problem, coalesce(b.more, false) AS more
 FROM session s FULL JOIN first_problem f ON f.topic = s.topic
-LEFT JOIN staged st ON st.topic = s.topic
 LEFT JOIN backlog b ON b.topic = coalesce(s.topic, f.topic)
 """
 
@@ -147,14 +134,18 @@ SESSION_SENT_IDS = """
 SELECT ids FROM relay_sessions WHERE session_id = %s AND lock_token = %s
 """
 
-# After isolation only a prefix was acknowledged: the session keeps just that prefix. The
-# rows it superseded are gone since the claim (CLAIM), so none can follow it later.
+# After isolation only a prefix was acknowledged: the session keeps just that prefix. What
+# it withholds stays withheld (FREE_WITHHELD, run first, decides which rows go back).
 TRUNCATE_SESSION = """
 UPDATE relay_sessions SET ids = %(delivered)s::bigint[]
 WHERE session_id = %(session)s AND lock_token = %(token)s
 """
 
-ABANDON_SESSIONS = "DELETE FROM relay_sessions WHERE session_id = ANY(%s::uuid[])"
+# A session that withholds rows stays for the next lock holder to settle them.
+ABANDON_SESSIONS = """
+DELETE FROM relay_sessions
+WHERE session_id = ANY(%s::uuid[]) AND cardinality(compacted_ids) = 0
+"""
 
 
 @dataclass(frozen=True)
@@ -177,7 +168,7 @@ class Claim:
     topic: str
     session_id: str | None
     rows: int  # the rows to send
-    compacted: int  # the rows it superseded, deleted by the claim itself
+    withheld: int  # the rows it superseded, withheld until the session ends
     bad_id: int | None
     problem: str | None
     partitions: int | None = None  # the topic's partition count for this send
@@ -189,6 +180,8 @@ class Claim:
 class ClaimBatch:
     batch_id: int | None
     claims: list[Claim]
+    # Per topic, the rows withheld by sessions that could not end, settled as compacted.
+    compacted: dict[str, int] = field(default_factory=dict)
 
     @property
     def sessions(self) -> list[Claim]:
@@ -212,17 +205,15 @@ class Claims:
             "key_required": [t.key_required for t in limits],
             "compact": [t.compact for t in limits],
             **sql_arrays([t.flags for t in limits]),
-            "token": self.token,
-            "lock_timeout_s": self.lock_timeout_s,
+            **self._fence(),
             "prefix": self.header_prefix,
             "limit": limit,
             "batch_bytes": batch_bytes,
-            "source": self.source_name,
-            "compacted": Outcome.COMPACTED,
         }
         with self.db.transaction() as cur:
-            cur.execute(CLEAR_STALE_SESSIONS, {"topics": topics, "token": self.token,
-                                               "lock_timeout_s": self.lock_timeout_s})
+            # First: a row another session withholds must not be claimed as if unsent.
+            compacted = compact_withheld(cur, topics, self._fence(), self.source_name)
+            cur.execute(CLEAR_STALE_SESSIONS, {"topics": topics, **self._fence()})
             cur.execute(CLAIM, params)
             rows = cur.fetchall()
         spec = {t.topic: t for t in limits}
@@ -231,7 +222,7 @@ class Claims:
                 topic=r["topic"],
                 session_id=str(r["session_id"]) if r["session_id"] else None,
                 rows=r["rows"] or 0,
-                compacted=r["compacted"] or 0,
+                withheld=r["withheld"] or 0,
                 bad_id=r["bad_id"],
                 problem=r["problem"],
                 partitions=spec[r["topic"]].partitions,
@@ -241,15 +232,32 @@ class Claims:
             for r in rows
         ]
         batch_ids = {r["batch_id"] for r in rows if r["batch_id"] is not None}
-        return ClaimBatch(batch_id=batch_ids.pop() if batch_ids else None, claims=claims)
+        return ClaimBatch(batch_id=batch_ids.pop() if batch_ids else None, claims=claims,
+                          compacted=compacted)
+
+    def _fence(self) -> dict[str, object]:
+        """The parameters of locks.HELD for this token."""
+        return {"token": self.token, "lock_timeout_s": self.lock_timeout_s}
 
     def sent_ids(self, session_id: str) -> list[int]:
         row = self.db.one(SESSION_SENT_IDS, (session_id, self.token))
         return list(row["ids"]) if row else []
 
-    def truncate(self, session_id: str, ids: Sequence[int]) -> None:
-        self.db.execute(TRUNCATE_SESSION, {
-            "delivered": sorted(ids), "session": session_id, "token": self.token})
+    def isolated(self, session_id: str, delivered: Sequence[int], culprit: int | None) -> int:
+        """What isolation found: `delivered`, the acknowledged prefix the session keeps
+        (none: it keeps its ids), and `culprit`, the row Kafka refused for good (None:
+        no such row). Returns how many withheld rows went back to the outbox's rows."""
+        freed = 0
+        with self.db.transaction() as cur:
+            if culprit is not None:  # first: it reads the session's ids before the cut
+                cur.execute(FREE_WITHHELD, {**self._fence(), "session": session_id,
+                                            "culprit": culprit})
+                row = cur.fetchone()
+                freed = int(row["freed"]) if row else 0
+            if delivered:
+                cur.execute(TRUNCATE_SESSION, {"delivered": sorted(delivered),
+                                               "session": session_id, "token": self.token})
+        return freed
 
     def abandon(self, session_ids: Collection[str]) -> None:
         if session_ids:

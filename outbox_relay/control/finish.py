@@ -1,5 +1,6 @@
-"""The end of a batch on the control plane: delete what Kafka acknowledged, stage its
-ledger record, and release or error each topic, in one transaction."""
+"""The end of a batch on the control plane: delete what Kafka acknowledged and what the
+sessions withheld, stage their ledger records, and release or error each topic, in one
+transaction."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from dataclasses import dataclass, field
 
 from outbox_relay.control.claims import Claim, Claims
 from outbox_relay.control.locks import HOLD_OWNED, REGISTER_ERROR, RELEASE, TopicLocks
+from outbox_relay.control.withheld import compact_withheld
 from outbox_relay.rules.outcomes import Outcome
 
 # Deletes only rows of sessions whose topic lock is held (see locks.HOLD_OWNED, taken
 # in the same transaction), and stages the ledger record of exactly the rows deleted
-# (the rows a claim compacted were deleted by the claim: outbox_relay.control.claims).
+# (what the sessions withheld went just before: outbox_relay.control.withheld).
 # A published record also keeps each row's partitioning bytes (the one definition,
 # relay_partitioning_key), with the partition count and partitioner of its send: the
 # Delta copy computes the partition from them once the rows are gone. The two unordered
@@ -75,8 +77,12 @@ UNION ALL
 SELECT NULL, NULL, rows, bucket, seconds FROM lag
 """
 
+# A session of a topic whose lock was lost keeps what it withholds: its holder may have
+# appended the successors, and the next holder of the lock deletes those rows as
+# compacted (outbox_relay.control.withheld). On the topics still held they are settled already.
 ABANDON_OWN_SESSIONS = """
-DELETE FROM relay_sessions WHERE topic = ANY(%s::varchar[]) AND lock_token = %s
+DELETE FROM relay_sessions
+WHERE topic = ANY(%s::varchar[]) AND lock_token = %s AND cardinality(compacted_ids) = 0
 """
 
 
@@ -85,6 +91,7 @@ class Finished:
     owned: set[str]
     lost: set[str]
     published: int
+    compacted: dict[str, int] = field(default_factory=dict)  # per topic: withheld rows deleted
     # (bucket index, rows, sum of lags in seconds) of the published rows; see FINISH_SESSIONS.
     lag: list[tuple[int, int, float]] = field(default_factory=list)
 
@@ -104,7 +111,9 @@ def finish(
     `since_write_s` the seconds since the batch's write ended (see FINISH_SESSIONS).
 
     `sessions` are the acknowledged ones; every other session of this process on the
-    `locked` topics is dropped (its rows stay). One transaction: a crash before its
+    `locked` topics is dropped (its rows stay). Every session's withheld rows on the
+    topics still held leave as compacted, acknowledged or not: what isolation could
+    free was freed before (outbox_relay.control.withheld). One transaction: a crash before its
     commit leaves the rows for a re-send (the only source of duplicates), and a crash
     after it leaves nothing half done.
     """
@@ -112,6 +121,10 @@ def finish(
     with claims.db.transaction() as cur:
         cur.execute(HOLD_OWNED, locks.fence_params(topics=topics))
         owned = {r["topic"] for r in cur.fetchall()}
+        # Before FINISH_SESSIONS: it deletes the acknowledged sessions' rows, and with
+        # them the record of what they withheld.
+        compacted = compact_withheld(cur, sorted(owned), locks.fence_params(),
+                                     claims.source_name)
         cur.execute(
             FINISH_SESSIONS,
             {
@@ -138,6 +151,7 @@ def finish(
         owned=owned,
         lost=set(topics) - owned,
         published=sum(r["rows"] for r in staged),
+        compacted=compacted,
         lag=[(r["bucket"], r["rows"], r["seconds"]) for r in result
              if r["bucket"] is not None] if lag_bounds else [],
     )

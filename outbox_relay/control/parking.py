@@ -4,6 +4,8 @@ Parking moves a row, bytes intact, from kafka_messages to relay_parked_messages 
 statement, fenced by the topic lock like every delete, and stages its ledger record.
 Every later message of the same partitioning key (outbox_relay/schemas/0009) follows it there
 (relay_message_problem refuses to send them) until an operator requeues or drops the parked one.
+A row a session withholds is never parked (outbox_relay.control.withheld): its successor may be
+in Kafka, and a requeued copy would follow it there.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from outbox_relay.control.claims import TopicLimits
 from outbox_relay.control.db import Database
 from outbox_relay.control.locks import HELD
+from outbox_relay.control.withheld import withheld_ids
 from outbox_relay.rules.cloudevent_topics import sql_arrays
 from outbox_relay.rules.outcomes import Outcome
 
@@ -42,11 +45,13 @@ SELECT topic, id, reason FROM parked
 """
 
 # The rows of the claim window that can never be sent, with every later row of their key.
+# The window leaves out what sessions withhold (once per topic, not per row).
 PARK_DOOMED = """
 WITH spec AS (
-    SELECT * FROM unnest(%(topics)s::varchar[], %(max_bytes)s::bigint[],
-                         %(key_required)s::bool[], %(cloudevents)s::bool[],
-                         %(type_required)s::bool[])
+    SELECT s.*, """ + withheld_ids("s.topic") + """ AS withheld
+    FROM unnest(%(topics)s::varchar[], %(max_bytes)s::bigint[],
+                %(key_required)s::bool[], %(cloudevents)s::bool[],
+                %(type_required)s::bool[])
         AS s(topic, max_bytes, key_required, cloudevents, type_required)
 ),
 window_rows AS (
@@ -57,7 +62,7 @@ window_rows AS (
     FROM spec s
     CROSS JOIN LATERAL (
         SELECT m.id, m.key, m.message, m.partition_key, m.headers FROM kafka_messages m
-        WHERE m.topic = s.topic ORDER BY m.id LIMIT %(limit)s
+        WHERE m.topic = s.topic AND m.id <> ALL(s.withheld) ORDER BY m.id LIMIT %(limit)s
     ) c
 ),
 doomed AS (
@@ -75,7 +80,8 @@ doomed AS (
 PARK_TOPIC = """
 WITH doomed AS (
     SELECT id, %(reason)s::text AS reason FROM kafka_messages
-    WHERE topic = %(topic)s ORDER BY id LIMIT %(limit)s
+    WHERE topic = %(topic)s AND id <> ALL(""" + withheld_ids("%(topic)s") + """)
+    ORDER BY id LIMIT %(limit)s
 ),
 """ + _MOVE
 

@@ -41,7 +41,8 @@ ORDER BY topic
 FOR UPDATE
 """
 
-# Under the row locks: what would race a relay, a live lock or a live session.
+# Under the row locks: what would race a relay, a live lock or a live session (an id it
+# sends, or one it withholds: outbox_relay.control.withheld).
 BUSY = f"""
 SELECT i.topic, i.locked_by, i.locked_at, NULL::bigint AS id
 FROM kafka_topic_info i
@@ -49,7 +50,7 @@ WHERE i.topic = ANY(%(topics)s::varchar[]) AND {held_by("i.locked_by")}
 UNION ALL
 SELECT s.topic, s.lock_token, s.claimed_at::timestamp, u.id
 FROM relay_sessions s
-CROSS JOIN LATERAL unnest(s.ids) AS u(id)
+CROSS JOIN LATERAL unnest(s.ids || s.compacted_ids) AS u(id)
 WHERE s.topic = ANY(%(topics)s::varchar[]) AND u.id = ANY(%(ids)s::bigint[])
   AND {live_session("s")}
 ORDER BY 1, 4 NULLS FIRST

@@ -1,18 +1,17 @@
 """What the relay would refuse in a message, checked before an application writes it.
 
-Each rule is the relay's own: the topic name (outbox_relay.rules.topic_names), the reserved header
-prefix and the size allowance (outbox_relay.rules.record_size) with the relay's defaults
-(outbox_relay.config), and the header rules and size measure of the SQL function
-relay_message_problem (schemas 0007, 0009, 0015), which Python mirrors here with the size
-and reserved-name rules of outbox_relay.rules. The mirror is
-pinned to the SQL by a test against the real PostgreSQL
-(tests/integration/test_publisher_rules.py). Nothing here imports a driver, pydantic
-included only when a default is asked for.
+Each rule is the relay's own: the topic name (outbox_relay.rules.topic_names), the reserved
+header prefix and the size allowance (outbox_relay.rules.record_size) with the relay's
+defaults (which outbox_relay.rules.headers and record_size hold for the config models too),
+and the header rules and size measure of the SQL function relay_message_problem (schemas
+0007, 0009, 0015), which Python mirrors here with the size and reserved-name rules of
+outbox_relay.rules. The mirror is pinned to the SQL by a test against the real PostgreSQL
+(tests/integration/test_publisher_rules.py). Nothing here imports a driver or pydantic:
+the base install has neither.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -20,8 +19,10 @@ from dataclasses import dataclass
 from outbox_relay.errors import InvalidMessageError, PublishError
 from outbox_relay.outbox import trace
 from outbox_relay.rules import cloudevents as ce
-from outbox_relay.rules.headers import is_reserved
+from outbox_relay.rules.headers import DEFAULT_HEADER_PREFIX, DEFAULT_SOURCE_NAME, is_reserved
 from outbox_relay.rules.record_size import (
+    DEFAULT_COMPRESSION,
+    DEFAULT_MAX_REQUEST_SIZE,
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
     payload_allowance,
     payload_size,
@@ -65,28 +66,17 @@ class Limits:
     source_name: str  # the relay's default: ce_source carries it on a CloudEvents topic
 
 
-@functools.lru_cache(maxsize=1)
-def _relay_defaults() -> tuple[str, str, int, str]:
-    """The relay's default prefix, source name, max.request.size and codec, read from its
-    config models (imported only here: pydantic is no cost of `import relay`)."""
-    from outbox_relay.config import KafkaConfig, RelaySettings
-
-    relay, kafka = RelaySettings.model_fields, KafkaConfig.model_fields
-    return (relay["header_prefix"].default, relay["source_name"].default,
-            kafka["max_request_size"].default, kafka["compression_type"].default)
-
-
 def limits(header_prefix: str | None = None, max_bytes: int | None = None) -> Limits:
     """The caller's limits, each defaulting to what a relay with its default config applies
     to a topic with Kafka's default max.message.bytes."""
-    prefix, source_name, max_request_size, codec = _relay_defaults()
+    prefix, source_name = DEFAULT_HEADER_PREFIX, DEFAULT_SOURCE_NAME
     if header_prefix is not None:
         if not isinstance(header_prefix, str) or not header_prefix:
             raise PublishError(f"header_prefix must be a non-empty str, not {header_prefix!r}")
         prefix = header_prefix
     if max_bytes is None:
-        max_bytes = payload_allowance(KAFKA_DEFAULT_MAX_MESSAGE_BYTES, max_request_size,
-                                      codec, prefix, source_name)
+        max_bytes = payload_allowance(KAFKA_DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_REQUEST_SIZE,
+                                      DEFAULT_COMPRESSION, prefix, source_name)
     elif isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
         raise PublishError(f"max_bytes must be a non-negative int, not {max_bytes!r}")
     return Limits(prefix, max_bytes, source_name)

@@ -15,6 +15,12 @@ from typing import TYPE_CHECKING, overload
 if TYPE_CHECKING:  # the publisher imports this module and must not load pyspark
     from pyspark.sql import Column
 
+# The defaults of relay.header_prefix and relay.source_name (outbox_relay.config), here
+# so that the publisher applies them without importing the config models (pydantic is no
+# dependency of the base install).
+DEFAULT_HEADER_PREFIX = "outbox-relay."
+DEFAULT_SOURCE_NAME = "outbox-relay"
+
 HEADER_ID = "id"
 HEADER_SOURCE = "source"
 HEADER_CREATED_AT = "created-at"

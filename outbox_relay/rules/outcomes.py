@@ -15,7 +15,10 @@ from enum import StrEnum
 class Outcome(StrEnum):
     PUBLISHED = "published"  # acknowledged by Kafka, deleted from the outbox
     PARKED = "parked"  # moved to relay_parked_messages, not sent
-    COMPACTED = "compacted"  # superseded by a newer row of its key, not sent
+    # Not sent: a newer row of its key was in its claim, and when its session ended a newer
+    # row of its partitioning key was acknowledged or may have been appended
+    # (docs/design.md, "Compaction").
+    COMPACTED = "compacted"
     SKIPPED = "skipped"  # removed unsent by an operator (`outbox-relay skip`)
     DROPPED = "dropped"  # a parked message an operator dropped
 

@@ -24,6 +24,7 @@ pin the two together at the boundary.
 from __future__ import annotations
 
 import functools
+from typing import Final
 
 from outbox_relay.rules.headers import CREATED_AT_CHARS, HEADER_CREATED_AT, HEADER_ID, HEADER_SOURCE
 
@@ -34,6 +35,10 @@ ID_CHARS = 20  # a bigint in decimal, sign included
 # A broker's message.max.bytes unless configured otherwise, and so a topic's
 # max.message.bytes: the limit an application assumes when it knows no other.
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+# The defaults of kafka.max_request_size (Kafka's own) and kafka.compression_type
+# (outbox_relay.config), which the publisher's default allowance assumes.
+DEFAULT_MAX_REQUEST_SIZE = 1_048_576
+DEFAULT_COMPRESSION: Final = "lz4"
 
 
 def payload_size(message: bytes | None, key: bytes | None, headers_json: str | None) -> int:

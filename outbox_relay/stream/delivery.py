@@ -182,8 +182,15 @@ class Delivery:
         ids = self._claims.sent_ids(claim.session_id)
         self._isolating[claim.topic] = ids
         result = isolate(ids, reason, lambda a, b: self._try([claim.topic], (a, b)))
+        # Only a culprit refused for good was certainly never appended: what the session
+        # withholds behind it alone may still go (outbox_relay.control.withheld).
+        culprit = result.culprit if result.poison else None
+        if result.delivered or culprit is not None:
+            freed = self._claims.isolated(claim.session_id, result.delivered, culprit)
+            if freed:
+                log.info("topic %s: %d withheld message(s) go again, their successor %s "
+                         "never reached Kafka", claim.topic, freed, culprit)
         if result.delivered:
-            self._claims.truncate(claim.session_id, result.delivered)
             outcome.acknowledged.append(replace(claim, rows=len(result.delivered)))
         if not result.poison or result.culprit is None:
             outcome.errors[claim.topic] = result.reason

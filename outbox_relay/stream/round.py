@@ -184,9 +184,10 @@ class Round:
                                             settings.max_batch_bytes)
         if self.on_backlog is not None and any(c.more for c in batch.claims):
             self.on_backlog()
+        # What sessions that could not end withheld, settled by the claim before it claimed.
+        for topic, n in batch.compacted.items():
+            self._count(topic, Outcome.COMPACTED, n)
         for c in batch.claims:
-            if c.compacted:  # deleted by the claim, whatever becomes of the write
-                self._count(c.topic, Outcome.COMPACTED, c.compacted)
             # Under park, the next round parks the bad row before claiming.
             if c.bad_id is not None and self._policy(c.topic) == "block":
                 errors[c.topic] = f"message {c.bad_id}: {c.problem}"
@@ -215,6 +216,8 @@ class Round:
         for c in acknowledged:
             if c.topic in done.owned:
                 self._count(c.topic, Outcome.PUBLISHED, c.rows)
+        for topic, n in done.compacted.items():
+            self._count(topic, Outcome.COMPACTED, n)
         self.backlogged = frozenset(c.topic for c in acknowledged
                                     if c.more and c.topic in done.owned - errors.keys())
         self.metrics.delivery_lag.add(done.lag)

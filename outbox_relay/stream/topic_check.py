@@ -77,7 +77,11 @@ class TopicCheck:
             {t: i for t, i in infos.items() if isinstance(i, TopicUnavailable)}, errors, doomed)
         limits = []
         for topic, info in present.items():
-            plain = payload_allowance(info.max_message_bytes, settings.max_request_size,
+            # The failpoint plays a limit lowered after the topic's config was read.
+            topic_bytes = (settings.max_request_size
+                           if failpoints.armed("stale_max_message_bytes")
+                           else info.max_message_bytes)
+            plain = payload_allowance(topic_bytes, settings.max_request_size,
                                       settings.compression_type, settings.header_prefix,
                                       settings.source_name)
             rule = rule_for(settings.topic_rules, topic)

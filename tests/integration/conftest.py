@@ -20,6 +20,8 @@ from outbox_relay.stack import StackInfo
 from outbox_relay.stream.runner import RunResult, run
 from outbox_relay.stream.stop import StopSignal
 from outbox_relay.wiring import Relay, build_relay
+from tests.integration.prometheus import running_pushgateway
+from tests.integration.wheel import build_wheel
 
 pytestmark = pytest.mark.integration
 
@@ -64,6 +66,12 @@ def cur(migrated_url: str) -> Iterator[Any]:
             yield cursor
     finally:
         conn.close()
+
+
+@pytest.fixture(scope="session")
+def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of the checked-in sources, built once for every test that installs it."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 ConfigFactory = Callable[..., Config]
@@ -122,3 +130,10 @@ def run_in_thread(fn: Callable[[], RunResult]) -> tuple[threading.Thread, list[R
     thread = threading.Thread(target=lambda: results.append(fn()), daemon=True)
     thread.start()
     return thread, results
+
+
+@pytest.fixture
+def pushgateway(tmp_path: Path) -> Iterator[str]:
+    """A real Pushgateway on a free port of 127.0.0.1: its address."""
+    with running_pushgateway(tmp_path) as address:
+        yield address

@@ -26,7 +26,8 @@ import pyspark
 import pytest
 from packaging.version import Version
 
-from outbox_relay.config.load import ENV_OVERRIDES, build_config
+from outbox_relay.config.env import reads_variable
+from outbox_relay.config.load import build_config
 from outbox_relay.control.db import Database
 from outbox_relay.control.migrate import SCHEMAS_DIR, migrate
 from outbox_relay.stack import StackInfo
@@ -190,7 +191,7 @@ def test_airflow_dags_drain_the_outbox(venv: str, stack: StackInfo, databases: d
     relay_bin = Path(sys.executable).parent
     # The relay's environment overrides (e.g. from `outbox-relay stack env`) would win
     # over the scenarios' profiles.
-    inherited = {k: v for k, v in os.environ.items() if k not in ENV_OVERRIDES}
+    inherited = {k: v for k, v in os.environ.items() if not reads_variable(k)}
     env = {
         **inherited,
         "OUTBOX_RELAY_AIRFLOW_SCENARIOS": str(tmp_path / "scenarios.json"),

@@ -4,18 +4,13 @@ values are checked against what a consumer received and what the database held."
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import time
-import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
@@ -36,11 +31,9 @@ from tests.integration.helpers import (
     unique,
     wait_for,
 )
-from tests.prometheus_tools import tool
+from tests.integration.prometheus import free_port, get, parse, value
 
 pytestmark = pytest.mark.integration
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 # Rows written two hours before now: their lag must land between the 1 h and 6 h bounds.
 INSERT_OLD = """
@@ -57,32 +50,6 @@ FROM generate_series(1, %s) g
 OUTBOX_STATE = {"outbox_relay_database_up", "outbox_relay_backlog_messages",
                 "outbox_relay_oldest_message_age_seconds", "outbox_relay_topic_state",
                 "outbox_relay_parked_messages", "outbox_relay_horizon_age_seconds"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return str(response.read().decode())
-
-
-def parse(text: str, **match: str) -> Samples:
-    """Every sample whose labels include `match`, keyed by name and the other labels."""
-    out: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if all(s.labels.get(k) == v for k, v in match.items()):
-                rest = frozenset((k, v) for k, v in s.labels.items() if k not in match)
-                out[(s.name, rest)] = s.value
-    return out
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 def with_secrets(config: Config, password: str) -> Config:
@@ -148,31 +115,6 @@ def test_a_continuous_relay_serves_metrics_that_match_the_delivery(
     assert not OUTBOX_STATE & {k[0] for k in samples}
     with pytest.raises(OSError):  # stopped with the relay
         get(url)
-
-
-@pytest.fixture
-def pushgateway(tmp_path: Path) -> Iterator[str]:
-    """A real Pushgateway on a free port of 127.0.0.1."""
-    port = free_port()
-    log = (tmp_path / "pushgateway.log").open("w")
-    proc = subprocess.Popen(
-        [str(tool("prometheus-pushgateway")), f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT)
-    address = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return get(f"{address}/-/ready") is not None
-        except OSError:
-            return False
-
-    try:
-        assert wait_for(ready, 30, 0.1), (tmp_path / "pushgateway.log").read_text()
-        yield address
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
 
 
 def test_a_drain_pushes_its_metrics_with_a_capped_topic_label(

@@ -1,9 +1,9 @@
 """The installed wheel in a Python without the `[spark]` extra.
 
-The base install leaves pyspark, numpy and pyarrow to a Spark runtime or to the extra.
-Two venvs outside the checkout get the wheel (outbox_relay/launch/spark_extra.py): a plain one,
-as `pip install outbox-relay` leaves it, and one with pyspark and pyarrow but no numpy,
-which pandas used to bring. In each, the relay's run stops at start with one line that
+The `[relay]` extra leaves pyspark, numpy and pyarrow to a Spark runtime or to `[spark]`.
+Two venvs outside the checkout get the wheel (outbox_relay/launch/extras.py): a plain one,
+as `pip install 'outbox-relay[relay]'` leaves it, and one with pyspark and pyarrow but no
+numpy, which pandas used to bring. In each, the relay's run stops at start with one line that
 names the missing modules and the extra (exit 2, USAGE), never a traceback: through the
 `outbox-relay run` console script and through outbox_relay.app.main, which jobs/relay.py calls.
 The commands that need no Spark keep working in the plain venv.
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from outbox_relay.exit_codes import ExitCode
+from outbox_relay.launch.extras import INSTALL, RELAY_EXTRA, SPARK_EXTRA_MODULES
 from outbox_relay.launch.packages import SPARK_VERSION
-from outbox_relay.launch.spark_extra import INSTALL, SPARK_EXTRA_MODULES
 from tests.integration.conftest import ConfigFactory
 from tests.integration.process import write_profile
-from tests.integration.wheel import build_wheel, installed, new_venv, pip_install
+from tests.integration.wheel import installed, new_venv, pip_install
 
 pytestmark = pytest.mark.integration
 
@@ -47,31 +47,26 @@ class Venv:
         return self.python.parent / "outbox-relay"
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
-
-
 def _venv(wheel: Path, tmp: Path, *also: str) -> Venv:
     outside = tmp / "elsewhere"
     outside.mkdir()
     python, env = new_venv(tmp / "venv", outside)
-    pip_install(python, wheel, *also, cwd=outside, env=env)
+    pip_install(python, f"{wheel}[{RELAY_EXTRA}]", *also, cwd=outside, env=env)
     have = installed(python, outside, env)
     missing = tuple(m for m in SPARK_EXTRA_MODULES if m not in have)
     return Venv(python, outside, env, missing)
 
 
 @pytest.fixture(scope="module")
-def plain(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    venv = _venv(wheel, tmp_path_factory.mktemp("plain"))
-    assert venv.missing == SPARK_EXTRA_MODULES, "the base install must bring none of them"
+def plain(project_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    venv = _venv(project_wheel, tmp_path_factory.mktemp("plain"))
+    assert venv.missing == SPARK_EXTRA_MODULES, "[relay] must bring none of them"
     return venv
 
 
 @pytest.fixture(scope="module")
-def without_numpy(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    venv = _venv(wheel, tmp_path_factory.mktemp("without-numpy"),
+def without_numpy(project_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    venv = _venv(project_wheel, tmp_path_factory.mktemp("without-numpy"),
                  f"pyspark=={SPARK_VERSION}", f"pyarrow=={version('pyarrow')}")
     assert venv.missing == ("numpy",)
     return venv

@@ -3,8 +3,9 @@ already holds the runtime's PySpark, Delta, pyarrow and pandas.
 
 `python -m build --wheel` makes the wheel. A fresh venv gets the runtime's packages first
 (pyspark and delta-spark at outbox_relay/launch/packages.py's versions, pyarrow and pandas at this
-environment's); installing the wheel must change none of them, and the wheel must
-require only the base dependencies. Then that venv drains a seeded outbox with the
+environment's); installing the wheel and its [relay] extra as the bundle does (the wheel,
+and requirements/relay.txt beside it) must change none of them, and the wheel must
+require nothing unconditionally. Then that venv drains a seeded outbox with the
 INSTALLED relay (its `outbox-relay` entry point, from a directory outside the checkout,
 without PYTHONPATH), the jars coming from the local cache as a cluster's libraries do.
 """
@@ -13,12 +14,10 @@ from __future__ import annotations
 
 import subprocess
 import time
-import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from outbox_relay.exit_codes import ExitCode
@@ -38,7 +37,6 @@ from tests.integration.helpers import (
 )
 from tests.integration.process import write_profile
 from tests.integration.wheel import (
-    build_wheel,
     installed,
     new_venv,
     pip_install,
@@ -48,41 +46,40 @@ from tests.integration.wheel import (
 
 pytestmark = pytest.mark.integration
 
-BASE = {"confluent-kafka", "deltalake", "prometheus-client", "psycopg2-binary", "pydantic"}
+RELAY_EXTRA = {"confluent-kafka", "deltalake", "prometheus-client", "psycopg2-binary",
+               "pydantic", "pydantic-settings"}
+# What the bundle's tasks install beside the wheel (resources/outbox_relay.job.yml).
+RELAY_REQUIREMENTS = REPO / "requirements" / "relay.txt"
 MESSAGES = 60
 # What a runtime ships; pip must leave every one of them as it found it.
 RUNTIME = (f"pyspark=={SPARK_VERSION}", f"delta-spark=={DELTA_VERSION}",
            f"pyarrow=={version('pyarrow')}", f"pandas=={version('pandas')}")
 
 
-def test_pyproject_declares_only_the_base_dependencies() -> None:
-    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    assert {canonicalize_name(Requirement(d).name)
-            for d in declared["project"]["dependencies"]} == BASE
-
-
 def test_the_installed_wheel_keeps_the_runtime_and_drains(
-    stack: StackInfo, make_config: ConfigFactory, migrated_url: str, tmp_path: Path
+    stack: StackInfo, make_config: ConfigFactory, migrated_url: str, project_wheel: Path,
+    tmp_path: Path
 ) -> None:
     started = time.monotonic()
-    wheel = build_wheel(tmp_path)
+    wheel = project_wheel
     unconditional = {canonicalize_name(r.name) for r in wheel_requires(wheel)
                      if r.marker is None}
-    assert unconditional == BASE
+    assert unconditional == set()
 
     venv, outside = tmp_path / "venv", tmp_path / "elsewhere"
     outside.mkdir()
     python, env = new_venv(venv, outside)
     pip_install(python, *RUNTIME, cwd=outside, env=env)
     before = installed(python, outside, env)
-    pip_install(python, wheel, cwd=outside, env=env)
+    pip_install(python, wheel, "-r", RELAY_REQUIREMENTS, cwd=outside, env=env)
     after = installed(python, outside, env)
     changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
     assert not changed, f"pip changed the runtime's packages: {changed}"
-    assert set(after) - set(before) >= {canonicalize_name(n) for n in BASE} | {"outbox-relay"}
+    assert set(after) - set(before) >= RELAY_EXTRA | {"outbox-relay"}
     installed_in = time.monotonic() - started
 
-    where = run_ok(python, "-c", "import relay; print(relay.__file__)", cwd=outside, env=env)
+    where = run_ok(python, "-c", "import outbox_relay; print(outbox_relay.__file__)",
+                   cwd=outside, env=env)
     assert Path(where.strip()).is_relative_to(venv), where
 
     topic = unique("wheel")

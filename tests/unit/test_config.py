@@ -13,10 +13,14 @@ from outbox_relay.config.load import (
 from outbox_relay.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
+# conf/local.toml names the running local stack; these give its addresses instead
+# (tests/unit/test_local_stack_profile.py looks the stack up).
+STACK_ADDRESSES = {"RELAY_POSTGRES_URL": "postgresql://postgres@127.0.0.1:5432/postgres",
+                   "RELAY_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092"}
 
 
 def test_local_profile_loads() -> None:
-    config = load_config(REPO / "conf" / "local.toml", env={})
+    config = load_config(REPO / "conf" / "local.toml", env=STACK_ADDRESSES)
     assert config.relay.partitioner == "murmur2"
     assert config.postgres.sslmode == "disable"
 
@@ -113,7 +117,7 @@ def test_default_timeouts_fit_the_lock_timeout() -> None:
 
 
 def test_local_profile_timeouts_fit_the_lock_timeout() -> None:
-    config = load_config(REPO / "conf" / "local.toml", env={})
+    config = load_config(REPO / "conf" / "local.toml", env=STACK_ADDRESSES)
     assert config.postgres.statement_timeout_ms < config.relay.lock_timeout_s * 1000
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from databricks.bundles.jobs import Job
 
 from outbox_relay.cli import build_parser
@@ -102,6 +103,50 @@ def test_airflow_pauses_the_drains_own_schedule_with_one_variable() -> None:
     Job.from_dict(prod.jobs["outbox_relay_drain"])
 
 
+def test_switching_to_the_continuous_job_is_two_variables() -> None:
+    """A pause status written in the bundle is set again at every deploy, undoing an
+    operator's switch in the UI: each trigger's status is a variable, so the switch is
+    made where a deploy keeps it (--var, BUNDLE_VAR_*, variable-overrides.json)."""
+    raw = yaml.safe_load((REPO / "resources" / "outbox_relay.job.yml").read_text("utf-8"))
+    declared = yaml.safe_load((REPO / "databricks.yml").read_text("utf-8"))["variables"]
+    for job_key, job in raw["resources"]["jobs"].items():
+        for trigger in ("schedule", "continuous", "trigger"):
+            if trigger in job:
+                status = re.fullmatch(r"\$\{var\.(\w+)\}", job[trigger]["pause_status"])
+                assert status and status[1] in declared, (job_key, job[trigger])
+    prod = load_bundle({"drain_pause_status": "PAUSED", "continuous_pause_status": "UNPAUSED"},
+                       target="prod")
+    status = {k: prod.trigger_pause_status(k) for k in prod.jobs}
+    assert status == {"outbox_relay_migrate": None, "outbox_relay_drain": "PAUSED",
+                      "outbox_relay_continuous": "UNPAUSED"}
+    for target in TARGETS:  # the alternatives: never both running by default
+        bundle = load_bundle(target=target)
+        assert "PAUSED" in {bundle.trigger_pause_status(k) for k in RELAYING}, target
+
+
+NUMBERS = {"an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
+COUNTED = re.compile(r"\b(one|two|three|four|five|\d+) (?:relay )?jobs\b"
+                     r"(?: and (an|one|two|three|\d+) (?:metrics )?apps?\b)?", re.IGNORECASE)
+
+
+def _number(word: str) -> int:
+    return NUMBERS.get(word.lower()) or int(word)
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/databricks.md", "databricks.yml",
+                                  "resources/outbox_relay.job.yml"])
+def test_the_pages_count_the_bundles_resources(page: str) -> None:
+    """What the bundle makes, as the pages count it: every "N jobs" is the number of its
+    jobs and is followed by the number of its apps, which a reader would otherwise miss."""
+    text = " ".join((REPO / page).read_text(encoding="utf-8").split())
+    counts = [(m[0], m[1], m[2]) for m in COUNTED.finditer(text)]
+    assert counts, f"{page} never counts what the bundle makes"
+    for phrase, jobs, apps in counts:
+        assert _number(jobs) == len(BUNDLE.jobs), phrase
+        assert apps, f"{page}: {phrase!r} leaves out the bundle's {len(BUNDLE.apps)} app"
+        assert _number(apps) == len(BUNDLE.apps), phrase
+
+
 def test_the_drain_is_scheduled_with_retries_and_a_timeout() -> None:
     job = BUNDLE.jobs["outbox_relay_drain"]
     relay_task = BUNDLE.command_task("outbox_relay_drain", "run")
@@ -188,12 +233,16 @@ def test_libraries_are_the_wheel_and_only_packages_the_runtime_lacks(job_key: st
         maven = maven_coordinates(task)
         assert len(wheels) == 1 and wheels[0].endswith(".whl")
         assert maven <= set(SPARK_PACKAGES), maven - set(SPARK_PACKAGES)
-        assert len(libraries) == len(wheels) + len(maven)
+        # The wheel's [relay] extra, which a `whl` library does not install
+        # (tests/unit/test_packaging.py checks the file).
+        requirements = [lib["requirements"] for lib in libraries if "requirements" in lib]
+        assert requirements == ["${workspace.file_path}/requirements/relay.txt"]
+        assert len(libraries) == len(wheels) + len(maven) + len(requirements)
 
 
 @pytest.mark.parametrize("job_key", JOBS)
 def test_every_task_of_a_job_installs_the_same_libraries(job_key: str) -> None:
-    # The migrate task needs the wheel too: it brings psycopg2, which DBR 19 dropped.
+    # The migrate task needs the wheel's [relay] extra too: psycopg2, which DBR 19 dropped.
     libraries = [t["libraries"] for t in BUNDLE.tasks(job_key).values()]
     assert all(lib == libraries[0] for lib in libraries), libraries
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from outbox_relay.config.load import load_config
-from tests.bundle import JOBS, PROFILE, REPO, TARGETS, load_bundle, variable_defaults
+from tests.bundle import DEPLOY_VARS, JOBS, PROFILE, REPO, TARGETS, load_bundle, variable_values
 
 BUNDLE = load_bundle()
 CONTINUOUS = [k for k, j in BUNDLE.jobs.items() if "continuous" in j]
@@ -47,17 +47,28 @@ def test_a_continuous_job_has_no_task_dependencies(job_key: str) -> None:
 
 
 @pytest.mark.parametrize("job_key", CONTINUOUS)
-def test_a_continuous_job_retries_only_through_its_task_retry_mode(job_key: str) -> None:
+def test_a_continuous_job_takes_no_retry_policy(job_key: str) -> None:
     """"You cannot use retry policies in a continuous job. Instead, continuous jobs
     automatically retry the entire job on failure using an exponential backoff
-    algorithm. You can additionally configure retries at the task level by setting the
-    Task retry mode to On failure." The UI defaults that mode to On failure, the API to
-    NEVER, so the bundle says which it means.
+    algorithm": a failed run is followed by a new run, later and later while failures
+    go on, with no limit on their number.
     https://docs.databricks.com/aws/en/jobs/continuous"""
-    job = BUNDLE.jobs[job_key]
-    assert job["continuous"].get("task_retry_mode") in {"ON_FAILURE", "NEVER"}
-    for task in job["tasks"]:
+    for task in BUNDLE.jobs[job_key]["tasks"]:
         assert not set(RETRY_POLICY) & set(task), f"{job_key}.{task['task_key']}"
+
+
+@pytest.mark.parametrize("job_key", CONTINUOUS)
+def test_a_one_task_continuous_job_asks_for_no_task_retries(job_key: str) -> None:
+    """task_retry_mode ON_FAILURE: "Retry a failed task if at least one other task in the
+    job is still running its first attempt. When this condition is no longer met ... the
+    job run is cancelled and a new run is started" (databricks-bundles,
+    jobs/_models/task_retry_mode.py, from the Jobs API). With one task no other task is
+    ever running: ON_FAILURE would promise a retry that never happens. The API's default
+    is NEVER.
+    https://docs.databricks.com/api/workspace/jobs/create"""
+    job = BUNDLE.jobs[job_key]
+    if len(job["tasks"]) == 1:
+        assert job["continuous"].get("task_retry_mode", "NEVER") == "NEVER", job["continuous"]
 
 
 def test_the_runtime_key_names_the_runtime_as_spark_versions_lists_it() -> None:
@@ -67,25 +78,11 @@ def test_the_runtime_key_names_the_runtime_as_spark_versions_lists_it() -> None:
     names the major only: 19.x-scala2.13.
     https://docs.databricks.com/api/workspace/clusters/sparkversions
     https://docs.databricks.com/aws/en/release-notes/runtime/19"""
-    key = variable_defaults()["spark_version"]
+    key = variable_values(overrides=DEPLOY_VARS)["spark_version"]
     assert re.fullmatch(r"19\.x-scala2\.13", key), key
     for job in BUNDLE.jobs.values():
         for cluster in job["job_clusters"]:
             assert cluster["new_cluster"]["spark_version"] == key
-
-
-def test_the_production_target_has_its_own_root_path_and_a_service_principal() -> None:
-    """Production mode: "target with 'mode: production' must set 'workspace.root_path'
-    to make sure only one copy is deployed" (the CLI's error when a person deploys it),
-    and "Databricks recommends using service principals for production deployments. You
-    can enforce this by setting run_as to a service principal."
-    https://docs.databricks.com/aws/en/dev-tools/bundles/deployment-modes"""
-    bundles = [load_bundle(target=t) for t in TARGETS]
-    prod = [b for b in bundles if b.settings.get("mode") == "production"]
-    assert prod, "no target in production mode"
-    for bundle in prod:
-        assert bundle.settings.get("workspace", {}).get("root_path"), bundle.target
-        assert bundle.settings.get("run_as", {}).get("service_principal_name"), bundle.target
 
 
 def test_a_development_deploy_leaves_every_trigger_paused() -> None:

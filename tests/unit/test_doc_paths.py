@@ -31,6 +31,8 @@ NOT_IN_THE_REPOSITORY = (
     "/Volumes/",        # a Databricks workspace's Unity Catalog Volumes
     "/dbfs/",           # a Databricks driver's DBFS mount
     "/metrics",         # the HTTP path a continuous relay serves, not a file
+    ".databricks/",     # the Databricks CLI's local state, git-ignored (variable overrides)
+    "/Workspace/",      # a Databricks workspace's folders
 )
 # `outbox-relay ...` phrases that are names, not command lines.
 NOT_COMMANDS = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import fnmatch
 import re
 import shlex
 import shutil
@@ -18,10 +19,13 @@ from typing import Any
 import pytest
 import yaml
 from databricks.bundles.apps import App
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from outbox_relay.cli import build_parser
 from outbox_relay.cli.observe import DEFAULT_METRICS_PORT
-from outbox_relay.config.load import ENV_OVERRIDES, PASSWORD_ENV, build_config, load_config
+from outbox_relay.config.env import PASSWORD_ENV, reads_variable
+from outbox_relay.config.load import build_config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEMD = REPO / "deploy" / "systemd" / "outbox-relay-metrics.service"
@@ -45,7 +49,8 @@ def _serve(argv: list[str]) -> argparse.Namespace:
 
 def _env_the_loader_reads(names: set[str]) -> None:
     assert names >= DATABASE_ENV, f"missing {DATABASE_ENV - names}"
-    assert names <= set(ENV_OVERRIDES) | {PASSWORD_ENV}, f"not read: {names - set(ENV_OVERRIDES)}"
+    unread = {name for name in names if not reads_variable(name)}
+    assert not unread, f"not read: {unread}"
 
 
 def test_the_systemd_unit_runs_the_exporter_and_restarts_it() -> None:
@@ -134,8 +139,6 @@ def test_the_bundle_app_passes_the_bundle_model_and_uses_a_declared_variable() -
     variables = yaml.safe_load((REPO / "databricks.yml").read_text(encoding="utf-8"))["variables"]
     used = set(re.findall(r"\$\{var\.([a-z_]+)\}", BUNDLE_APP.read_text(encoding="utf-8")))
     assert used and used <= set(variables), used - set(variables)
-    # Only names that match Databricks' rule for app names: lowercase, digits, dashes.
-    assert re.fullmatch(r"[a-z0-9-]{2,30}", app["name"])
 
 
 def test_the_bundle_app_runs_the_exporter_with_its_secrets_and_profile() -> None:
@@ -158,10 +161,6 @@ def test_the_bundle_app_runs_the_exporter_with_its_secrets_and_profile() -> None
     assert config.postgres.sslmode == shipped["postgres"]["sslmode"]
     assert config.relay.lock_timeout_s == shipped["relay"]["lock_timeout_s"]
     assert config.metrics.max_label_topics == shipped["metrics"]["max_label_topics"]
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    pins = [line for line in (source / "requirements.txt").read_text("utf-8").splitlines()
-            if line and not line.startswith("#")]
-    assert pins == [f"outbox-relay=={pyproject['project']['version']}"]
 
 
 def test_the_databricks_profile_exports_the_drains_counters() -> None:
@@ -184,3 +183,63 @@ def test_the_drain_cluster_gives_the_profile_its_pushgateway() -> None:
         value = cluster["new_cluster"]["spark_env_vars"]["RELAY_PUSHGATEWAY_URL"]
         match = re.fullmatch(r"\$\{var\.(\w+)\}", value)
         assert match and match.group(1) in variables, value
+
+
+def _app_requirements() -> list[str]:
+    app = _bundle_app()
+    source = (BUNDLE_APP.parent / app["source_code_path"]).resolve()
+    lines = (source / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def test_the_app_installs_the_wheel_it_ships_and_nothing_of_ours_from_an_index() -> None:
+    """The app asked the package index for outbox-relay==0.1.0, which is not published
+    there: whoever published that name would run code beside the database password. It
+    installs the wheel the bundle's build puts in its source folder (pip reads a path
+    in requirements.txt as a local file), at the version pyproject.toml builds."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    ours = canonicalize_name(project["name"])
+    wheels = []
+    for line in _app_requirements():
+        path = line.split("[")[0]
+        if path.endswith(".whl"):
+            wheels.append(path)
+            continue
+        assert canonicalize_name(Requirement(line).name) != ours, f"{line!r} is from an index"
+    (wheel,) = wheels
+    assert wheel.startswith("./") and "/" not in wheel[2:], f"{wheel} is not in the app folder"
+    name, version, _, _ = parse_wheel_filename(wheel[2:])
+    assert (name, str(version)) == (ours, project["version"]), wheel
+
+
+def test_the_bundle_syncs_the_apps_wheel_that_git_ignores() -> None:
+    """The bundle syncs what git does not ignore, and `sync.include` globs "explicitly
+    include files that were excluded by the user's gitignore"; the built wheel is
+    ignored (it is no source), so the include is what puts it in the app's folder.
+    https://github.com/databricks/cli/blob/main/bundle/config/sync.go"""
+    (wheel,) = [line for line in _app_requirements() if line.split("[")[0].endswith(".whl")]
+    app = _bundle_app()
+    source = (BUNDLE_APP.parent / app["source_code_path"]).resolve()
+    synced = (source / wheel.split("[")[0]).relative_to(REPO).as_posix()
+    include = yaml.safe_load((REPO / "databricks.yml").read_text("utf-8"))["sync"]["include"]
+    assert any(fnmatch.fnmatch(synced, glob) for glob in include), (synced, include)
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", "-q", synced], cwd=REPO,
+                             check=False)
+    assert ignored.returncode == 0, f"{synced} is not git-ignored: a build would dirty the tree"
+
+
+MIGRATES = re.compile(r"(?i)(?<![-\w])relay\b[^.;]{0,60}\bmigrat(?:es|ed)\b")
+
+
+def test_no_page_says_the_relay_migrates_the_schema_at_its_start() -> None:
+    """A relay never migrates: on a schema behind its own it stops with exit 2
+    (outbox_relay/control/migrate.py, require_current), and `outbox-relay migrate` (the
+    bundle's migrate job, the drain job's first task) is what moves it on. The exporter's
+    units wait for that, not for a relay's start."""
+    pages = [REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "deploy").rglob("*"),
+             *(REPO / "conf").glob("*.toml"), REPO / "databricks.yml",
+             *(REPO / "resources").glob("*.yml")]
+    said = [f"{p.relative_to(REPO)}: {m[0]}" for p in pages
+            if p.is_file() and p.suffix not in {".whl", ".pyc"}
+            for m in MIGRATES.finditer(" ".join(p.read_text(encoding="utf-8").split()))]
+    assert not said, said

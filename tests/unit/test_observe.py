@@ -7,6 +7,8 @@ import io
 import json
 import logging
 import socket
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from outbox_relay.errors import ConfigError
 from outbox_relay.observe.logs import JsonFormatter, configure_logging
 from outbox_relay.observe.progress import Progress, format_progress
 from outbox_relay.observe.runtime import OTHER_TOPICS, DeliveryLag, RuntimeMetrics, TopicLabels
-from outbox_relay.observe.serve import push
+from outbox_relay.observe.serve import exported, push
 from outbox_relay.stream.failures import failure_kind
 from outbox_relay.stream.stats import RelayStats
 
@@ -246,3 +248,60 @@ def test_the_pushgateway_credentials_travel_in_a_header_from_the_environment() -
         server.server_close()
     expected = "Basic " + base64.b64encode(b"relay:s3cret").decode()
     assert seen == [("/metrics/job/j/instance/src", expected)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_continuous_run_pushes_every_interval_and_at_its_end() -> None:
+    """A Databricks driver's /metrics is scraped by nothing: a continuous relay with a
+    Pushgateway pushes while it runs, not only when it ends."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    puts: list[float] = []
+
+    class Gateway(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            puts.append(time.monotonic())
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = MetricsConfig(enabled=True, port=_free_port(), push_interval_s=0.1,
+                           pushgateway_url=f"http://127.0.0.1:{server.server_port}")
+    try:
+        with exported(config, RuntimeMetrics(config, "src").registry, False, "src"):
+            deadline = time.monotonic() + 10
+            while len(puts) < 3 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert len(puts) >= 3, "no pushes while the run lasts"
+            stopped = time.monotonic()
+        assert puts[-1] >= stopped, "no push at the end"
+        ended = len(puts)
+        time.sleep(0.3)
+        assert len(puts) == ended, "pushes went on after the run"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_failing_periodic_push_warns_once_not_every_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = MetricsConfig(enabled=True, port=_free_port(), push_interval_s=0.05,
+                           pushgateway_timeout_s=1,
+                           pushgateway_url=f"http://127.0.0.1:{_free_port()}")
+    registry = RuntimeMetrics(config, "src").registry
+    with caplog.at_level(logging.WARNING), exported(config, registry, False, "src"):
+        time.sleep(0.5)
+    warnings = [r.getMessage() for r in caplog.records if "could not push" in r.getMessage()]
+    # One when pushing starts to fail, one for the push at the end.
+    assert len(warnings) == 2, warnings
