@@ -75,6 +75,14 @@ without = awk 'FNR == 1 { file++ } /^[[:space:]]*(\#|$$)/ { next } \
 	{ name = tolower($$0); sub(/[=<>!~ ;[].*/, "", name) } \
 	file == 1 { over[name] = 1; next } !(name in over)' $(1) $(2)
 overlay = { $(call without,$(1),$(2)); grep -v '^[[:space:]]*\(\#\|$$\)' $(1); }
+# $(call fresh_venv,DIR): a new venv with a current pip, and the oldest set's requirements
+# (airflow.txt with airflow-oldest.txt's lines) in DIR/requirements.txt.
+fresh_venv = rm -rf $(1) && python3 -m venv $(1) && $(1)/bin/pip install --quiet --upgrade pip \
+	&& $(call overlay,requirements/airflow-oldest.txt,requirements/airflow.txt) \
+	> $(1)/requirements.txt
+# The packages of the resolve venv, as constraints.
+freeze = $(AIRFLOW_RESOLVE)/bin/pip freeze --all --exclude-editable \
+	| grep -v '^pip==\|^setuptools==\|^wheel=='
 
 airflow-venv: $(AIRFLOW_VENV)/.installed $(AIRFLOW_OLDEST_VENV)/.installed
 
@@ -88,37 +96,24 @@ $(AIRFLOW_VENV)/.installed: requirements/airflow.txt requirements/airflow-constr
 $(AIRFLOW_OLDEST_VENV)/.installed: requirements/airflow.txt requirements/airflow-constraints.txt \
 		requirements/airflow-oldest.txt requirements/airflow-oldest-constraints.txt \
 		| $(AIRFLOW_VENV)/.installed
-	rm -rf $(AIRFLOW_OLDEST_VENV)
-	python3 -m venv $(AIRFLOW_OLDEST_VENV)
-	$(AIRFLOW_OLDEST_VENV)/bin/pip install --quiet --upgrade pip
-	$(call overlay,requirements/airflow-oldest.txt,requirements/airflow.txt) \
-		> $(AIRFLOW_OLDEST_VENV)/requirements.txt
+	$(call fresh_venv,$(AIRFLOW_OLDEST_VENV))
 	$(call overlay,requirements/airflow-oldest-constraints.txt,requirements/airflow-constraints.txt) \
 		> $(AIRFLOW_OLDEST_VENV)/constraints.txt
 	$(AIRFLOW_OLDEST_VENV)/bin/pip install --quiet -r $(AIRFLOW_OLDEST_VENV)/requirements.txt \
 		-c $(AIRFLOW_OLDEST_VENV)/constraints.txt
 	touch $@
 
-# Re-resolve both constraints files in a scratch venv each: requirements/airflow.txt
-# freely, frozen whole; then the oldest set under those versions but for the packages
+# Re-resolve both constraints files in a scratch venv: requirements/airflow.txt freely,
+# frozen whole; then the oldest set under those versions but for the packages
 # airflow-oldest-constraints.txt names (a new conflict: add its package there), frozen as
 # the lines that differ. Each file keeps its first three lines, its header.
-freeze = $(AIRFLOW_RESOLVE)/bin/pip freeze --all --exclude-editable \
-	| grep -v '^pip==\|^setuptools==\|^wheel=='
-
 airflow-constraints:
-	rm -rf $(AIRFLOW_RESOLVE)
-	python3 -m venv $(AIRFLOW_RESOLVE)
-	$(AIRFLOW_RESOLVE)/bin/pip install --quiet --upgrade pip
+	$(call fresh_venv,$(AIRFLOW_RESOLVE))
 	$(AIRFLOW_RESOLVE)/bin/pip install --quiet -r requirements/airflow.txt
 	{ sed -n '1,3p' requirements/airflow-constraints.txt; $(freeze); } \
 		> requirements/airflow-constraints.txt.new
 	mv requirements/airflow-constraints.txt.new requirements/airflow-constraints.txt
-	rm -rf $(AIRFLOW_RESOLVE)
-	python3 -m venv $(AIRFLOW_RESOLVE)
-	$(AIRFLOW_RESOLVE)/bin/pip install --quiet --upgrade pip
-	$(call overlay,requirements/airflow-oldest.txt,requirements/airflow.txt) \
-		> $(AIRFLOW_RESOLVE)/requirements.txt
+	$(call fresh_venv,$(AIRFLOW_RESOLVE))
 	$(call without,requirements/airflow-oldest-constraints.txt,requirements/airflow-constraints.txt) \
 		> $(AIRFLOW_RESOLVE)/constraints.txt
 	$(AIRFLOW_RESOLVE)/bin/pip install --quiet -r $(AIRFLOW_RESOLVE)/requirements.txt \
@@ -129,11 +124,3 @@ airflow-constraints:
 		> requirements/airflow-oldest-constraints.txt.new
 	mv requirements/airflow-oldest-constraints.txt.new requirements/airflow-oldest-constraints.txt
 	rm -rf $(AIRFLOW_RESOLVE)
-	python3 -m venv .venv-airflow-resolve
-	.venv-airflow-resolve/bin/pip install --quiet --upgrade pip
-	.venv-airflow-resolve/bin/pip install --quiet -r requirements/airflow.txt
-	{ sed -n '1,3p' requirements/airflow-constraints.txt; \
-	  .venv-airflow-resolve/bin/pip freeze --all --exclude-editable \
-	    | grep -v '^pip==\|^setuptools==\|^wheel=='; } > requirements/airflow-constraints.txt.new
-	mv requirements/airflow-constraints.txt.new requirements/airflow-constraints.txt
-	rm -rf .venv-airflow-resolve
