@@ -2,7 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint bench faults airflow-venv airflow-constraints prometheus-tools
+.PHONY: setup demo test lint bench faults faults-report airflow-venv airflow-constraints \
+	prometheus-tools
 
 setup: $(VENV)/.installed
 
@@ -25,8 +26,8 @@ lint: setup
 
 # The whole suite: lint, then the unit, Spark, integration, Airflow (in .venv-airflow
 # and .venv-airflow-oldest) and fault-injection tiers (quick mode), on a stack the
-# session starts itself.
-# Writes reports/faults.{json,md}.
+# session starts itself. The fault tier's figures go to the git-ignored
+# .relay-data/reports/ (`make faults-report` updates the tracked reports/).
 test: lint airflow-venv prometheus-tools
 	$(PY) -m pytest
 
@@ -50,6 +51,13 @@ $(PROM_DIR)/.fetched:
 # The fault-injection suite alone (quick mode; FAULTS_ARGS=--long for the soak).
 faults: setup
 	$(PY) -m pytest tests/faults -m faults $(FAULTS_ARGS)
+
+# The fault and cluster tiers afresh, then their figures into the tracked
+# reports/faults.{json,md}: the only target that changes them.
+faults-report: setup
+	$(PY) -m tests.faults.report clear
+	$(PY) -m pytest tests/faults tests/cluster -m "faults or cluster" $(FAULTS_ARGS)
+	$(PY) -m tests.faults.report publish
 
 # The benchmark on the shipped profile (conf/local.toml): by default W1, the latency of a
 # new topic (first minute and steady state), CPU, the first message, W3 and W5 in under

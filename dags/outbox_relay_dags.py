@@ -4,7 +4,8 @@ Two DAGs, alternatives (run one; they would share the outbox's topic locks and t
 profile's checkpoint):
 
 - ``outbox_relay_drain``: ``spark-submit jobs/migrate.py --config PROFILE``, then
-  ``spark-submit jobs/relay.py --config PROFILE --available-now``, through
+  ``spark-submit jobs/relay.py --config PROFILE --available-now --time-budget-s 1620``
+  (27 minutes, inside the task's 30-minute timeout), through
   ``RelaySparkSubmitOperator`` in client deploy mode, in the pool ``outbox_relay_spark``:
   client mode runs the driver's JVM on the Airflow worker, and the pool bounds how many
   run there at once. The migrate step runs the project's ``jobs/migrate.py`` (the same as
@@ -98,6 +99,13 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 # The notifier runs once a task has failed for good, not on each retry.
 DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=1),
                 "on_failure_callback": [RelayFailureNotifier(ALERT_CONN_ID)]}
+# The drain's time budget (docs/operating.md, "A drain's time budget"): past it the relay
+# claims nothing new, finishes the rounds in flight and exits LEFT_OVER, a success with a
+# warning here, and the next run goes on. The task's timeout stays above it by the margin
+# that page gives (the writes in flight, up to kafka.delivery_timeout_ms's 120 s, and 60 s
+# for the rest), so it is a safety net that never fires in normal operation.
+DRAIN_TIMEOUT = timedelta(minutes=30)
+DRAIN_BUDGET_S = int(DRAIN_TIMEOUT.total_seconds()) - 180
 
 
 def _job(name: str) -> str:
@@ -129,14 +137,13 @@ with DAG(
     drain = RelaySparkSubmitOperator(
         task_id="drain",
         application=_job("relay.py"),
-        application_args=["--config", PROFILE, "--available-now"],
+        application_args=["--config", PROFILE, "--available-now",
+                          "--time-budget-s", str(DRAIN_BUDGET_S)],
         conn_id=SPARK_CONN_ID,
         env_vars=env,
         name="outbox-relay",
         pool=SPARK_POOL,
-        # The drain's own deadline (relay.available_now_deadline_s) ends it sooner; this
-        # bounds a spark-submit that hangs.
-        execution_timeout=timedelta(minutes=30),
+        execution_timeout=DRAIN_TIMEOUT,
     )
     migrate >> drain
 

@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -22,6 +23,7 @@ from outbox_relay.launch.spark_jars import (
 )
 from outbox_relay.observe.logs import configure_logging
 from outbox_relay.options import add_global_options
+from outbox_relay.stream.budget import budget_seconds
 from outbox_relay.stream.stop import StopSignal, forward_submitting_jvm_signals
 
 if TYPE_CHECKING:
@@ -34,14 +36,21 @@ log = logging.getLogger("outbox_relay")
 
 
 def parser() -> argparse.ArgumentParser:
-    """jobs/relay.py's: the global options of `outbox-relay` (RELAY_CONFIG included), and
-    --available-now."""
+    """jobs/relay.py's: the global options of `outbox-relay` (RELAY_CONFIG included),
+    --available-now and --time-budget-s."""
     p = argparse.ArgumentParser(prog="relay", description="Relay the PostgreSQL outbox to Kafka.")
     add_global_options(p)
     p.add_argument(
         "--available-now",
         action="store_true",
         help="drain what exists, then exit (0 only when drained)",
+    )
+    p.add_argument(
+        "--time-budget-s",
+        type=budget_seconds,
+        metavar="S",
+        help="with --available-now: claim nothing after S seconds from the start, finish "
+        "the round in flight, exit 1 if rows are left; default: relay.available_now_budget_s",
     )
     return p
 
@@ -129,7 +138,8 @@ def print_summary(result: RunResult) -> None:
                 else "not drained"
             )
         )
-        print(f"left over: topic {s.topic}: {why}")
+        ran_out = f" ({result.out_of_time})" if result.out_of_time else ""
+        print(f"left over: topic {s.topic}: {why}{ran_out}")
     if result.unverified:
         print(result.unverified)
 
@@ -149,8 +159,19 @@ def _without_spark_progress_bar(config: Config) -> Config:
     return config.model_copy(update={"spark": config.spark.model_copy(update={"conf": conf})})
 
 
+def _with_time_budget(config: Config, seconds: float | None) -> Config:
+    """The profile with `--time-budget-s`, which wins over its own budget."""
+    if seconds is None:
+        return config
+    relay = config.relay.model_copy(update={"available_now_budget_s": seconds})
+    return config.model_copy(update={"relay": relay})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    launched = time.monotonic()  # a drain's time budget counts from here
     args = parser().parse_args(argv)
+    if args.time_budget_s is not None and not args.available_now:
+        parser().error("--time-budget-s bounds a drain: it needs --available-now")
     configure_logging(args.log_level, args.log_format)
     stop = StopSignal()
     stop.install()
@@ -164,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.debug("start-up: stop signals are taken")
         from outbox_relay.config.load import load_config
 
-        config = load_config(args.config)
+        config = _with_time_budget(load_config(args.config), args.time_budget_s)
         relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now)
         if relaunched is not None:
             return relaunched
@@ -189,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if stop.requested:
                 return stopped
-            result = run(relay, args.available_now, stop, progress)
+            result = run(relay, args.available_now, stop, progress, started=launched)
         finally:
             relay.close()
     except KeyboardInterrupt:

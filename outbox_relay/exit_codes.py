@@ -55,9 +55,11 @@ _MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "drained (available-now), stopped cleanly (continuous), or the command did "
     "what was asked",
     ExitCode.LEFT_OVER: "available-now: topics left in error or locked elsewhere after "
-    "`relay.available_now_deadline_s`, one line each",
-    ExitCode.USAGE: "invalid configuration or command line (the line names the key), or a Python "
-    "without the `[spark]` extra (the line names the missing modules)",
+    "`relay.available_now_deadline_s`, or rows left when the time budget ran out "
+    "(`relay.available_now_budget_s`), one line each",
+    ExitCode.USAGE: "invalid configuration or command line (the line names the key), a Python "
+    "without the `[spark]` extra (the line names the missing modules), or a database schema "
+    "older than the relay's (the line names the missing migrations: run `outbox-relay migrate`)",
     ExitCode.INTERRUPTED: "available-now: a stop signal came before the outbox drained",
     ExitCode.UNREACHABLE: "PostgreSQL or Kafka unreachable (the line names which, never the "
     "password)",

@@ -16,6 +16,7 @@ from outbox_relay.config import Config
 from outbox_relay.control.claims import Claims
 from outbox_relay.control.db import Database
 from outbox_relay.control.kafka_admin import KafkaAdmin
+from outbox_relay.control.liveness import Liveness
 from outbox_relay.control.locks import Backoff, TopicLocks
 from outbox_relay.control.parking import Parking
 from outbox_relay.data.plan import RecordPlan
@@ -50,6 +51,8 @@ class Relay:
     metrics: RuntimeMetrics
     # The drain lanes' own control planes (outbox_relay.stream.lanes); none when they are off.
     drains: list[Relay] = field(default_factory=list)
+    # The process's proof of life for its tokens' locks (issue 52); the main lane's only.
+    liveness: Liveness | None = None
 
     def close(self) -> None:
         for db in (self.db, self.heartbeat_locks.db, self.ledger.db):
@@ -57,6 +60,9 @@ class Relay:
         for lane in self.drains:
             lane.db.close()
             lane.heartbeat_locks.db.close()
+        # Last: once it is closed, a lock left behind is taken over at once.
+        if self.liveness is not None:
+            self.liveness.close()
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,10 @@ def build_relay(config: Config, spark: SparkSession,
     )
     if relay.drain_lane:
         built.drains = [drain_lane(built, lane) for lane in range(relay.drain_lanes)]
+    # Before any topic lock: every token this process locks with is registered, so its
+    # locks are taken over at once when it dies (outbox_relay.control.liveness).
+    built.liveness = Liveness(config.postgres, [token, *(d.token for d in built.drains)])
+    built.liveness.start()
     return built
 
 

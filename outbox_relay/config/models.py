@@ -173,6 +173,10 @@ class RelaySettings(StrictModel):
     read_partitions: int = Field(2, ge=1, le=256)
     checkpoint_path: str = ".relay-data/checkpoint"
     available_now_deadline_s: float = Field(60.0, ge=0)
+    # An available-now drain claims nothing after this many seconds from its start and
+    # exits LEFT_OVER if rows are left, before its runner's timeout kills it mid-write
+    # (outbox_relay.stream.budget; --time-budget-s wins). None: no budget.
+    available_now_budget_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     # How long one micro-batch body keeps running rounds (and, continuous, polling)
     # before it hands back to Spark; 0 runs one round per micro-batch. Each hand-back
     # stalls delivery for Spark's trigger (about 1 s on 2 cores): at 30 s, two stalls a

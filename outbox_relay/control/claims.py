@@ -19,7 +19,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from outbox_relay.control.db import Database
-from outbox_relay.control.locks import HELD, held_by
+from outbox_relay.control.locks import HELD, held_by, holder_gone
 from outbox_relay.control.withheld import FREE_WITHHELD, compact_withheld
 from outbox_relay.rules.cloudevent_topics import PLAIN, TopicFlags, sql_arrays
 from outbox_relay.rules.partitioners import Partitioner
@@ -27,13 +27,15 @@ from outbox_relay.rules.partitioners import Partitioner
 
 def live_session(s: str) -> str:
     """The one definition of a session that may still be sending (SQL, the session row
-    aliased `s`, the timeout passed as ``%(lock_timeout_s)s``): its token holds the
-    topic's lock, or it is younger than the lock timeout. Only other sessions are
-    stale, and their ids are in no batch being sent."""
+    aliased `s`, the timeout passed as ``%(lock_timeout_s)s``): its process is not
+    certainly gone, and its token holds the topic's lock or it is younger than the lock
+    timeout. Only other sessions are stale, and their ids are in no batch being sent;
+    a gone holder's are stale at once, as its lock is takeable at once (issue 52)."""
     return (
-        f"({s}.claimed_at >= now() - make_interval(secs => %(lock_timeout_s)s)"
+        f"(NOT {holder_gone(s + '.lock_token')}"
+        f" AND ({s}.claimed_at >= now() - make_interval(secs => %(lock_timeout_s)s)"
         f" OR EXISTS (SELECT 1 FROM kafka_topic_info i"
-        f" WHERE i.topic = {s}.topic AND {held_by(s + '.lock_token')}))"
+        f" WHERE i.topic = {s}.topic AND {held_by(s + '.lock_token')})))"
     )
 
 

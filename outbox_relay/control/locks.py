@@ -20,8 +20,8 @@ def held_by(token: str) -> str:
 
     Every fenced statement embeds it, with the topic row aliased ``i`` and the timeout
     passed as ``%(lock_timeout_s)s``; ``token`` is SQL text chosen by the code (a parameter
-    placeholder or a column), never a value. Its negation, for any token, is what
-    LOCK_TOPICS may take over.
+    placeholder or a column), never a value. The fencing needs nothing more: a lock taken
+    over has another token. What LOCK_TOPICS may take over is the negation of `live_lock`.
     """
     return (
         f"(i.locked_by = {token} AND i.locked_at >= now() AT TIME ZONE 'UTC'"
@@ -30,6 +30,21 @@ def held_by(token: str) -> str:
 
 
 HELD = held_by("%(token)s")
+
+
+def holder_gone(token: str) -> str:
+    """The one spelling of "the process behind this token is certainly gone": its
+    registered liveness key is held by no backend any more (SQL function
+    ``relay_gone_lock_tokens``, outbox_relay/schemas/0018_lock_holders.sql). ``token`` is SQL text
+    chosen by the code, as in `held_by`. The set is read once per statement."""
+    return f"({token} IN (SELECT relay_gone_lock_tokens()))"
+
+
+def live_lock(token: str) -> str:
+    """A lock nobody may take over: held (`held_by`) by a holder that is not certainly
+    gone. A token that never registered (a Deimos producer, an older relay) is never
+    gone, so its lock lives until the timeout, as before."""
+    return f"({held_by(token)} AND NOT {holder_gone(token)})"
 
 # When a topic in error may be tried again (topic row aliased ``i``): REGISTER_ERROR's
 # next_retry_at, or, for a row an older relay or Deimos marked without one, Deimos's flat
@@ -45,14 +60,15 @@ SELECT t FROM unnest(%s::varchar[]) AS t
 ON CONFLICT (topic) DO NOTHING
 """
 
-# A free topic, a topic whose backoff is over, or a lock nobody renewed in time.
+# A free topic, a topic whose backoff is over, a lock nobody renewed in time, or one whose
+# holder is certainly gone (issue 52: a restarted relay takes a killed one's locks at once).
 LOCK_TOPICS = f"""
 UPDATE kafka_topic_info i
 SET locked_by = %(token)s, locked_at = now() AT TIME ZONE 'UTC'
 WHERE topic = ANY(%(topics)s::varchar[])
   AND (
         (locked_by IS NULL AND NOT {IN_BACKOFF})
-     OR (locked_by IS NOT NULL AND NOT coalesce({held_by("i.locked_by")}, false))
+     OR (locked_by IS NOT NULL AND NOT coalesce({live_lock("i.locked_by")}, false))
   )
 RETURNING topic
 """

@@ -83,8 +83,10 @@ def migrate(db: Database, directory: Path = SCHEMAS_DIR) -> list[str]:
 def require_current(db: Database, directory: Path = SCHEMAS_DIR) -> None:
     """Refuses a database whose schema is older than this relay's, in one line that says
     what to run: a command would otherwise fail on the first column it misses, or a
-    statement meant for the new schema could misread the old one. The relay migrates at
-    its start; the commands that only look, and preflight, never do."""
+    statement meant for the new schema could misread the old one. Nothing migrates at its
+    start, the relay included (its preflight calls this, so a run exits USAGE): only
+    `outbox-relay migrate` (jobs/migrate.py, the bundle's and the DAG's migrate tasks)
+    changes the schema, never under a running relay of the older version by surprise."""
     try:
         row = db.one(LATEST_MIGRATION)
     except RelayError as exc:

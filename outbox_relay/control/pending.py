@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from outbox_relay.control.db import Database
-from outbox_relay.control.locks import IN_BACKOFF, RETRY_AT, held_by
+from outbox_relay.control.locks import IN_BACKOFF, RETRY_AT, live_lock
 
 # The topics with rows in the outbox, as the recursive CTE `waiting(topic)` (its last row
 # is NULL): a loose index scan over (topic, id), one index probe per topic instead of a
@@ -31,7 +31,7 @@ PENDING_TOPICS = f"""
 WITH RECURSIVE {WAITING_TOPICS}
 SELECT w.topic,
        CASE
-         WHEN {held_by("i.locked_by")} THEN 'locked'
+         WHEN {live_lock("i.locked_by")} THEN 'locked'
          WHEN {IN_BACKOFF} THEN 'backoff'
          ELSE 'ready'
        END AS state,

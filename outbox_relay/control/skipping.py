@@ -22,7 +22,7 @@ from typing import Any
 
 from outbox_relay.control.claims import live_session
 from outbox_relay.control.db import Database
-from outbox_relay.control.locks import ENSURE_TOPICS, held_by
+from outbox_relay.control.locks import ENSURE_TOPICS, live_lock
 from outbox_relay.rules.outcomes import Outcome
 
 FIND = """
@@ -41,12 +41,13 @@ ORDER BY topic
 FOR UPDATE
 """
 
-# Under the row locks: what would race a relay, a live lock or a live session (an id it
-# sends, or one it withholds: outbox_relay.control.withheld).
+# Under the row locks: what would race a relay, a live lock (one a relay would not take
+# over: neither expired nor its holder gone) or a live session (an id it sends, or one it
+# withholds: outbox_relay.control.withheld).
 BUSY = f"""
 SELECT i.topic, i.locked_by, i.locked_at, NULL::bigint AS id
 FROM kafka_topic_info i
-WHERE i.topic = ANY(%(topics)s::varchar[]) AND {held_by("i.locked_by")}
+WHERE i.topic = ANY(%(topics)s::varchar[]) AND {live_lock("i.locked_by")}
 UNION ALL
 SELECT s.topic, s.lock_token, s.claimed_at::timestamp, u.id
 FROM relay_sessions s

@@ -8,7 +8,7 @@ comes from the database's clock; `created_at` and the topic row's times are UTC
 
 from __future__ import annotations
 
-from outbox_relay.control.locks import IN_BACKOFF, RETRY_AT, held_by
+from outbox_relay.control.locks import IN_BACKOFF, RETRY_AT, holder_gone, live_lock
 from outbox_relay.control.pending import WAITING_TOPICS
 from outbox_relay.rules.outcomes import Outcome
 
@@ -36,7 +36,8 @@ SELECT t.topic,
        coalesce(p.parked, 0)::bigint AS parked,
        i.locked_by, i.locked_at, coalesce(i.error, false) AS error,
        coalesce(i.retries, 0) AS retries, i.last_error, i.last_processed_at,
-       coalesce({held_by("i.locked_by")}, false) AS lock_alive,
+       coalesce({live_lock("i.locked_by")}, false) AS lock_alive,
+       coalesce({holder_gone("i.locked_by")}, false) AS holder_gone,
        coalesce({IN_BACKOFF}, false) AS in_backoff,
        CASE WHEN i.error THEN {RETRY_AT} END AS retry_at,
        greatest(0, extract(epoch FROM {RETRY_AT} - {_NOW}))::float AS retry_in_s,

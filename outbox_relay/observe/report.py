@@ -91,7 +91,8 @@ def _backlog(t: TopicStatus) -> str:
 
 def _detail(t: TopicStatus) -> str:
     if t.lock:
-        alive = "alive" if t.lock.alive else "EXPIRED"
+        alive = ("alive" if t.lock.alive else
+                 "HOLDER GONE" if t.lock.holder_gone else "EXPIRED")
         since = t.lock.since.strftime("%H:%M:%S") if t.lock.since else "?"
         return f"by {t.lock.by} since {since} ({alive})"
     if t.error:

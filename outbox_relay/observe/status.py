@@ -35,7 +35,8 @@ STATES = ("ready", "locked", "backoff")
 class Lock:
     by: str
     since: datetime | None
-    alive: bool  # renewed within the relay's lock timeout: no relay will take it over
+    alive: bool  # renewed within the lock timeout by a holder not gone: no relay takes it
+    holder_gone: bool = False  # its process is certainly gone: takeable at once (issue 52)
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def _backlogs(cur: RealDictCursor, rows: list[dict[str, Any]], exact_up_to: int,
 
 
 def _topic(r: dict[str, Any], backlog: Backlog, ledger: TopicLedger) -> TopicStatus:
-    lock = (Lock(r["locked_by"], utc(r["locked_at"]), r["lock_alive"])
+    lock = (Lock(r["locked_by"], utc(r["locked_at"]), r["lock_alive"], r["holder_gone"])
             if r["locked_by"] is not None else None)
     error = (TopicError(r["last_error"], utc(r["retry_at"]), r["retry_in_s"] or 0.0)
              if r["error"] else None)

@@ -23,6 +23,7 @@ from outbox_relay.ledger.flusher import LedgerFlusher
 from outbox_relay.observe.progress import Progress
 from outbox_relay.observe.serve import exported
 from outbox_relay.stream.batch import BatchProcessor
+from outbox_relay.stream.budget import TimeBudget, describe
 from outbox_relay.stream.source import SOURCE_NAME, OutboxSource
 from outbox_relay.stream.starting import (
     START_ATTEMPTS,
@@ -56,6 +57,8 @@ class RunResult:
     left_over: list[TopicState]
     # Set when PostgreSQL could not say what is left at the end of a drain.
     unverified: str | None = None
+    # Set when the drain's time budget ended it with rows left: what ran out.
+    out_of_time: str | None = None
 
 
 def start_query(relay: Relay, processor: BatchProcessor, available_now: bool,
@@ -89,18 +92,19 @@ def left_over(relay: Relay, bound: int | None = None) -> list[TopicState]:
 
 
 def run(relay: Relay, available_now: bool, stop: StopSignal | None = None,
-        progress: TextIO | None = None) -> RunResult:
+        progress: TextIO | None = None, started: float | None = None) -> RunResult:
     """Runs the relay until it drained (available-now) or is stopped. Its metrics are
     served meanwhile, or pushed at the end (outbox_relay.observe.serve); `progress`, for an
-    available-now run, receives the progress line."""
+    available-now run, receives the progress line. An available-now run's time budget
+    counts from `started` (time.monotonic(); default: now)."""
     metrics = relay.config.metrics
     with exported(metrics, relay.metrics.registry, available_now,
                   relay.config.relay.source_name):
-        return _run(relay, available_now, stop or StopSignal(), progress)
+        return _run(relay, available_now, stop or StopSignal(), progress, started)
 
 
 def _run(relay: Relay, available_now: bool, stop: StopSignal,
-         progress: TextIO | None) -> RunResult:
+         progress: TextIO | None, launched: float | None) -> RunResult:
     started = time.monotonic()
     bound = max_id(relay.db) if available_now else None
     forward_jvm_signals(relay.spark, stop)
@@ -117,6 +121,8 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
     stopping = starting = False
     watched = watched_pid()
     starter = QueryStart(lambda: start_query(relay, processor, available_now, bound), stop)
+    budget = TimeBudget(relay.config.relay.available_now_budget_s if available_now else None,
+                        started if launched is None else launched, stop)
     try:
         # One round before Spark's first trigger: starting the query and its source's
         # Python worker takes seconds, and a (re)started relay should deliver first. The
@@ -159,9 +165,16 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
                     stopping = True
                     query.stop()
             error = query.exception() if query is not None else None
-            if (query is None or error is None or stopping or stop.requested
-                    or attempt > START_ATTEMPTS
-                    or not start_timed_out(error, query, processor.failure)):
+            late = (query is not None and error is not None
+                    and start_timed_out(error, query, processor.failure))
+            if late and (stopping or stop.requested):
+                # Nothing of the query ran, and a new start would only be stopped: the
+                # run ends as its stop (a signal, a spent time budget) ends it.
+                log.warning("the streaming query did not start before the stop: its "
+                            "source's Python worker did not connect back in time")
+                error = None
+                break
+            if not late or attempt > START_ATTEMPTS:
                 if isinstance(ended, BaseException):
                     raise ended  # as awaitTermination raised it: judged below
                 break
@@ -185,7 +198,9 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
             log.error("the run failed: %s", first_line(exc))
             failed = True
     finally:
-        flusher.stop(copy_now=not stop.requested)
+        budget.cancel()
+        # A drain its budget ended copies as a drain's end does; a stop signal does not.
+        flusher.stop(copy_now=not stop.requested or (stop.ran_out and processor.failure is None))
         if processor.progress is not None:
             processor.progress.close(processor.stats)
     remaining: list[TopicState] = []
@@ -196,9 +211,11 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal,
         except RelayError as exc:
             unverified = f"drain not verified: PostgreSQL unreachable at the end ({exc})"
             log.error("%s", unverified)
-    code = _exit_code(available_now, stop.requested, failed, remaining,
+    code = _exit_code(available_now, stop.interrupted, failed, remaining,
                       verified=unverified is None, failure=processor.failure)
-    return RunResult(code, processor.stats, time.monotonic() - started, remaining, unverified)
+    spent = budget.seconds if stop.ran_out and remaining else None
+    return RunResult(code, processor.stats, time.monotonic() - started, remaining, unverified,
+                     None if spent is None else describe(spent))
 
 
 def _from_before(relay: Relay, bound: int) -> list[TopicState]:

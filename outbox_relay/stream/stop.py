@@ -34,10 +34,24 @@ class StopSignal:
         self._body_waiting = threading.Event()
         self._first: float | None = None
         self._count_lock = threading.Lock()
+        self._budget_spent = False
 
     @property
     def requested(self) -> bool:
         return self._event.is_set()
+
+    @property
+    def ran_out(self) -> bool:
+        """Whether an available-now drain's time budget ended it, with no stop request
+        (a signal) before or after: a drain cut short by its budget, not interrupted."""
+        with self._count_lock:
+            return self._budget_spent and self._first is None
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run was asked to stop, or aborted, before it was done: any stop
+        but a spent budget's alone."""
+        return self.requested and not self.ran_out
 
     def request(self, why: str) -> None:
         now = time.monotonic()
@@ -58,6 +72,15 @@ class StopSignal:
         first one (a graceful stop, not an exit at once)."""
         if not self._event.is_set():
             log.warning("stopping everything that runs: %s", why)
+        self._event.set()
+
+    def run_out(self, why: str) -> None:
+        """The drain's time budget is spent (outbox_relay.stream.budget): every batch body
+        and lane stops as for a stop request, but no signal was received, as with abort."""
+        with self._count_lock:
+            self._budget_spent = True
+        if not self._event.is_set():
+            log.warning("%s: claiming nothing new, finishing the rounds in flight", why)
         self._event.set()
 
     def install(self) -> None:

@@ -38,7 +38,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, profile: str,
          mark_success: str | None = None) -> tuple[Any, dict[str, str]]:
     monkeypatch.setenv("OUTBOX_RELAY_PROFILE", profile)
     dag = load_dag(DAG_ID)
-    assert dag.get_task("drain").application_args == ["--config", profile, "--available-now"]
+    assert dag.get_task("drain").application_args[:3] == ["--config", profile, "--available-now"]
     run = run_dag(dag, mark_success)
     return run, task_states(run)
 

@@ -42,7 +42,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 class Scenario(dict[str, Any]):
-    """A scenario's figures; recorded into reports/ when the test ends, pass or fail."""
+    """A scenario's figures; recorded into the run's report (tests/faults/report.py) when
+    the test ends, pass or fail."""
 
     def __init__(self, key: str, mode: str) -> None:
         super().__init__(mode=mode)

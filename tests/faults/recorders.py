@@ -50,13 +50,14 @@ def drop_database(admin_url: str, url: str) -> None:
 
 
 # Test-only instrumentation. lock_events: every change of a topic's owner, with the
-# database's clock and the lock time the previous owner had last renewed. fence_events:
+# database's clock, the lock time the previous owner had last renewed, and whether that
+# owner was certainly gone then (outbox_relay/schemas/0018, issue 52). fence_events:
 # every claim, every end of a session and every delete from the outbox, with the topic's
 # lock holder seen inside the very transaction that did it.
 RECORDERS = """
 CREATE TABLE IF NOT EXISTS fault_lock_events (
     seq bigserial PRIMARY KEY, topic varchar, old_owner varchar, new_owner varchar,
-    old_locked_at timestamp, new_locked_at timestamp,
+    old_locked_at timestamp, new_locked_at timestamp, old_gone boolean,
     at timestamp NOT NULL DEFAULT (clock_timestamp() AT TIME ZONE 'UTC')
 );
 CREATE TABLE IF NOT EXISTS fault_fence_events (
@@ -68,8 +69,10 @@ CREATE TABLE IF NOT EXISTS fault_fence_events (
 CREATE OR REPLACE FUNCTION fault_record_lock() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.locked_by IS DISTINCT FROM OLD.locked_by THEN
-        INSERT INTO fault_lock_events (topic, old_owner, new_owner, old_locked_at, new_locked_at)
-        VALUES (NEW.topic, OLD.locked_by, NEW.locked_by, OLD.locked_at, NEW.locked_at);
+        INSERT INTO fault_lock_events
+            (topic, old_owner, new_owner, old_locked_at, new_locked_at, old_gone)
+        VALUES (NEW.topic, OLD.locked_by, NEW.locked_by, OLD.locked_at, NEW.locked_at,
+                OLD.locked_by IN (SELECT relay_gone_lock_tokens()));
     END IF;
     RETURN NEW;
 END $$;
@@ -114,7 +117,10 @@ class Ownership:
 
     owners: set[str]
     takeovers: list[tuple[str, str, str, float]]  # topic, old, new, seconds since renewal
-    live_takeovers: list[tuple[str, str, str, float]]  # taken while the old lock was fresh
+    # Taken while the old lock was fresh and its holder alive: never allowed.
+    live_takeovers: list[tuple[str, str, str, float]]
+    # Taken while the old lock was fresh, its holder certainly gone (issue 52).
+    gone_takeovers: list[tuple[str, str, str, float]]
     unfenced: list[str]  # deletes by a process that did not hold the topic's lock
     stale_claims: list[str]  # claims made while another process held the lock
 
@@ -123,13 +129,17 @@ def ownership(url: str, lock_timeout_s: float) -> Ownership:
     """Check that a topic never had two owners at once, and that every claim and every
     delete of outbox rows was done by the process holding the topic's lock."""
     events = query(url, "SELECT topic, old_owner, new_owner, "
-                   "extract(epoch FROM at - old_locked_at)::float "
+                   "extract(epoch FROM at - old_locked_at)::float, coalesce(old_gone, false) "
                    "FROM fault_lock_events ORDER BY seq")
-    owners = {new for _, _, new, _ in events if new is not None}
-    takeovers = [(t, old, new, age) for t, old, new, age in events
-                 if old is not None and new is not None and old != new]
-    # A lock may pass straight to another process only once it has expired.
-    live = [x for x in takeovers if x[3] is None or x[3] < lock_timeout_s]
+    owners = {new for _, _, new, _, _ in events if new is not None}
+    moves = [(t, old, new, age, gone) for t, old, new, age, gone in events
+             if old is not None and new is not None and old != new]
+    takeovers = [(t, old, new, age) for t, old, new, age, _ in moves]
+    # A lock may pass straight to another process only once it has expired, or once its
+    # holder is certainly gone.
+    fresh = [x for x in moves if x[3] is None or x[3] < lock_timeout_s]
+    live = [(t, old, new, age) for t, old, new, age, gone in fresh if not gone]
+    gone = [(t, old, new, age) for t, old, new, age, gone in fresh if gone]
     # A claim by a process that no longer holds the lock is a send by the wrong owner:
     # every claim must check the token and an unexpired lock (issue 8, fencing), so the
     # scenarios assert there is none.
@@ -160,7 +170,7 @@ def ownership(url: str, lock_timeout_s: float) -> Ownership:
             WHERE d.kind = 'delete' AND d.holder IS NULL
         """)
     ]
-    return Ownership(owners, takeovers, live, unfenced, stale_claims)
+    return Ownership(owners, takeovers, live, gone, unfenced, stale_claims)
 
 
 def unfinished_claims(url: str) -> set[int]:

@@ -1,16 +1,25 @@
-"""The suite's figures: reports/faults.json (merged scenario by scenario) and faults.md."""
+"""The suite's figures: faults.json (merged scenario by scenario) and faults.md.
+
+A test run writes them under the git-ignored .relay-data/reports/, so that `make test`
+leaves the tree as it found it. The tracked copies in reports/ change only on purpose:
+`make faults-report` clears the run's report, runs the fault and cluster tiers, and
+publishes the result (`python -m tests.faults.report clear|publish`).
+"""
 
 from __future__ import annotations
 
 import json
 import platform
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPORTS = Path(__file__).resolve().parents[2] / "reports"
-JSON_PATH = REPORTS / "faults.json"
-MD_PATH = REPORTS / "faults.md"
+REPO = Path(__file__).resolve().parents[2]
+RUN_DIR = REPO / ".relay-data" / "reports"
+TRACKED_DIR = REPO / "reports"
+NAMES = ("faults.json", "faults.md")
 
 COLUMNS = (
     ("scenario", "scenario"),
@@ -22,12 +31,39 @@ COLUMNS = (
     ("lost", "lost"),
     ("worst_key_order_violations", "worst per-key order violations"),
     ("drain_s", "time to drain (s)"),
+    ("restart_to_oldest_delivered_s", "time to resume after a crash (s)"),
 )
+
+
+def run_paths() -> list[Path]:
+    """Where a test run writes: (json, md)."""
+    return [RUN_DIR / name for name in NAMES]
+
+
+def tracked_paths() -> list[Path]:
+    """The report kept in git: (json, md)."""
+    return [TRACKED_DIR / name for name in NAMES]
+
+
+def clear() -> None:
+    """Forgets the run's scenarios, so that the next run's report holds its own alone."""
+    for path in run_paths():
+        path.unlink(missing_ok=True)
+
+
+def publish() -> list[Path]:
+    """Copies the run's report over the tracked one; returns what it wrote."""
+    if not all(p.exists() for p in run_paths()):
+        raise SystemExit(f"no fault report in {RUN_DIR} to publish: run the fault tier first")
+    TRACKED_DIR.mkdir(exist_ok=True)
+    for source, target in zip(run_paths(), tracked_paths(), strict=True):
+        shutil.copyfile(source, target)
+    return tracked_paths()
 
 
 def load() -> dict[str, Any]:
     try:
-        data = json.loads(JSON_PATH.read_text(encoding="utf-8"))
+        data = json.loads(run_paths()[0].read_text(encoding="utf-8"))
     except (OSError, ValueError):
         data = {}
     data.setdefault("scenarios", {})
@@ -45,9 +81,10 @@ def record(key: str, figures: dict[str, Any]) -> None:
     data["scenarios"][key] = {**figures, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                       time.gmtime())}
     data["scenarios"] = dict(sorted(data["scenarios"].items(), key=lambda kv: _order(kv[0])))
-    REPORTS.mkdir(exist_ok=True)
-    JSON_PATH.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    MD_PATH.write_text(markdown(data), encoding="utf-8")
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = run_paths()
+    json_path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    md_path.write_text(markdown(data), encoding="utf-8")
 
 
 def _cpus() -> int:
@@ -82,7 +119,9 @@ def markdown(data: dict[str, Any]) -> str:
         "theirs began, on the same topic and key: 0 everywhere, except on a topic whose",
         "poison only the broker refuses, where they are measured and bounded by one claim",
         "(docs/design.md, invariant 2, per-key order). Time to drain runs from the first",
-        "relay start to an empty outbox, JVM start-ups and outages included.",
+        "relay start to an empty outbox, JVM start-ups and outages included. Time to resume",
+        "runs from the restart of a killed relay to the delivery of the oldest message that",
+        "was waiting, the new process's JVM and Spark start-up included.",
         "",
         "| " + " | ".join(title for _, title in COLUMNS) + " |",
         "|" + "|".join("---" for _ in COLUMNS) + "|",
@@ -100,3 +139,19 @@ def markdown(data: dict[str, Any]) -> str:
         lines += [f"- **{k}**: {n}" for k, n in notes]
         lines.append("")
     return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["clear"]:
+        clear()
+    elif argv == ["publish"]:
+        for path in publish():
+            print(f"published {path.relative_to(REPO)}")
+    else:
+        print("usage: python -m tests.faults.report clear|publish", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

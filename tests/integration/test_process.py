@@ -49,7 +49,8 @@ def test_crash_between_ack_and_delete_resends_at_most_that_session(
     topics = [unique("crash-a"), unique("crash-b")]
     create_topics(stack.kafka_bootstrap, {t: 2 for t in topics})
     ids = _outbox(migrated_url, topics, 1000)
-    # The crashed process keeps its locks until they expire; the restart waits that out.
+    # The crashed process's locks pass at once: its liveness connection died with it
+    # (issue 52); before, the restart waited out lock_timeout_s.
     config = make_config(topics, relay={"batch_size": 150, "lock_timeout_s": 6,
                                         "available_now_deadline_s": 40})
     profile = write_profile(config, tmp_path / "relay.toml")

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from outbox_relay.config.load import PASSWORD_ENV
+from outbox_relay.control.migrate import discover
+from outbox_relay.exit_codes import ExitCode
+from tests.integration.helpers import query
 
 pytestmark = pytest.mark.integration
 
@@ -123,4 +126,30 @@ admin_timeout_s = 3
     assert "refused" in line, "the line says why, not only that"
     assert "PostgreSQL" not in line
     assert SECRET not in out.stdout + out.stderr
+    assert out.seconds < FAST_S
+
+
+@pytest.mark.parametrize("mode", [[], ["--available-now"]], ids=["continuous", "available-now"])
+def test_a_run_on_an_older_schema_exits_usage_and_never_migrates(
+    tmp_path: Path, migrated_url: str, mode: list[str],
+) -> None:
+    """The relay never migrates at its start (`outbox-relay migrate` does, and the
+    bundle's and the DAG's migrate tasks): on a schema older than its own it exits with
+    the code the table of docs/exit-codes.md gives that case, and leaves the schema be."""
+    newest = max(m.version for m in discover())
+    latest = "SELECT max(version) FROM relay_schema_migrations"
+    query(migrated_url, "DELETE FROM relay_schema_migrations WHERE version = %s", (newest,))
+    profile = f'''
+[postgres]
+url = "{migrated_url}"
+sslmode = "disable"
+'''
+    out = run_entry_point(profile, tmp_path, None, *mode)
+
+    assert out.code == ExitCode.USAGE, out
+    assert "a database schema older than the relay's" in ExitCode.USAGE.meaning
+    assert len(out.stderr_lines) == 1, out.stderr[:2000]
+    assert f"the database schema is behind (at {newest - 1:04d}" in out.stderr_lines[0]
+    assert out.stderr_lines[0].endswith("run `outbox-relay migrate`")
+    assert query(migrated_url, latest) == [(newest - 1,)]
     assert out.seconds < FAST_S

@@ -12,6 +12,8 @@ SECRET_KEY = "0123456789abcdef"
 SECRET_FIELD = "secret"
 MARK_HEADER = "encrypted-field"
 NOT_A_FUNCTION = 42
+# How long `hold_marked` holds the task of the row whose value is `hold-me`.
+HOLD_S = 45.0
 
 
 def _marked(df: DataFrame, marker: str) -> Column:
@@ -81,3 +83,18 @@ def lose_relay_column(df: DataFrame) -> DataFrame:
 
 def not_a_dataframe(df: DataFrame) -> str:
     return "nothing"
+
+
+def hold_marked(df: DataFrame) -> DataFrame:
+    """Keeps the contract, but the task of the row whose value is `hold-me` takes HOLD_S
+    seconds more (a Python UDF, run by the executors' Python worker): a round that lasts."""
+    held = HOLD_S
+
+    def value(v: bytes | None) -> bytes | None:
+        if v == b"hold-me":
+            import time
+
+            time.sleep(held)
+        return v
+
+    return df.withColumn("value", F.udf(value, "binary")(F.col("value")))

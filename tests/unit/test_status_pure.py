@@ -113,7 +113,7 @@ def test_json_has_stable_names_and_utc_iso_times() -> None:
     assert data["generated_at"] == "2026-01-02T03:04:05.678901Z"
     t = data["topics"][0]
     assert t["lock"] == {"by": "relay-a:token", "since": "2026-01-02T03:04:05.678901Z",
-                         "alive": False}
+                         "alive": False, "holder_gone": False}
     assert set(t) >= {"topic", "state", "backlog", "backlog_exact", "oldest_age_s",
                       "max_wait_s", "retries", "error", "parked", "ledger"}
     assert data["healthy"] is True and data["thresholds"] == {"max_age_s": None,
@@ -129,6 +129,12 @@ def test_the_table_marks_estimates_and_expired_locks() -> None:
     assert "~123,456" in lines[1] and "2.0h" in lines[1]
     assert "EXPIRED" in lines[2] and "relay-b" in lines[2]
     assert "as of 2026-01-02T03:04:05.678901Z" in text
+
+
+def test_the_table_names_a_lock_whose_holder_is_gone() -> None:
+    lock = Lock("relay-c", NOW, alive=False, holder_gone=True)
+    text = table(snapshot(topic("held", 1, state="locked", lock=lock, age=3.0)))
+    assert "HOLDER GONE" in text.splitlines()[1] and "EXPIRED" not in text
 
 
 def test_the_label_cap_keeps_the_first_n_by_name_and_folds_the_rest() -> None:
