@@ -25,7 +25,7 @@ lint: setup
 	$(VENV)/bin/mypy outbox_relay
 
 # The whole suite: lint, then the unit, Spark, integration, Airflow (in .venv-airflow
-# and .venv-airflow-spark-prev) and fault-injection tiers (quick mode), on a stack the
+# and .venv-airflow-oldest) and fault-injection tiers (quick mode), on a stack the
 # session starts itself. The fault tier's figures go to the git-ignored
 # .relay-data/reports/ (`make faults-report` updates the tracked reports/).
 test: lint airflow-venv prometheus-tools
@@ -68,15 +68,31 @@ bench: setup
 	$(PY) -m bench run $(BENCH_ARGS)
 
 # Airflow's own venvs (docs/airflow.md): tests/integration/test_airflow_dags.py runs the
-# Airflow tier (tests/airflow) in each. .venv-airflow installs requirements/airflow.txt
-# under the constraints the project keeps; .venv-airflow-spark-prev the same with the
-# Spark provider's previous minor version (requirements/airflow-spark-previous.txt),
-# its other packages pinned as in the first, so they come from pip's cache.
+# Airflow tier (tests/airflow) in each. .venv-airflow: the newest Airflow and providers,
+# requirements/airflow.txt under requirements/airflow-constraints.txt. .venv-airflow-oldest:
+# the oldest Airflow 3 the providers accept, with the Spark provider's previous minor;
+# requirements/airflow-oldest.txt replaces those lines of airflow.txt, and
+# airflow-oldest-constraints.txt holds only what differs from airflow-constraints.txt,
+# so every other package has the first venv's version and comes from pip's cache.
 AIRFLOW_VENV ?= .venv-airflow
-AIRFLOW_PREV_VENV ?= .venv-airflow-spark-prev
-SPARK_PROVIDER := apache-airflow-providers-apache-spark
+AIRFLOW_OLDEST_VENV ?= .venv-airflow-oldest
+AIRFLOW_RESOLVE := .venv-airflow-resolve
+# $(call without,OVER,BASE): the lines of BASE (a requirements or constraints file) whose
+# package the file OVER does not name; $(call overlay,OVER,BASE): those, then OVER's.
+without = awk 'FNR == 1 { file++ } /^[[:space:]]*(\#|$$)/ { next } \
+	{ name = tolower($$0); sub(/[=<>!~ ;[].*/, "", name) } \
+	file == 1 { over[name] = 1; next } !(name in over)' $(1) $(2)
+overlay = { $(call without,$(1),$(2)); grep -v '^[[:space:]]*\(\#\|$$\)' $(1); }
+# $(call fresh_venv,DIR): a new venv with a current pip, and the oldest set's requirements
+# (airflow.txt with airflow-oldest.txt's lines) in DIR/requirements.txt.
+fresh_venv = rm -rf $(1) && python3 -m venv $(1) && $(1)/bin/pip install --quiet --upgrade pip \
+	&& $(call overlay,requirements/airflow-oldest.txt,requirements/airflow.txt) \
+	> $(1)/requirements.txt
+# The packages of the resolve venv, as constraints.
+freeze = $(AIRFLOW_RESOLVE)/bin/pip freeze --all --exclude-editable \
+	| grep -v '^pip==\|^setuptools==\|^wheel=='
 
-airflow-venv: $(AIRFLOW_VENV)/.installed $(AIRFLOW_PREV_VENV)/.installed
+airflow-venv: $(AIRFLOW_VENV)/.installed $(AIRFLOW_OLDEST_VENV)/.installed
 
 $(AIRFLOW_VENV)/.installed: requirements/airflow.txt requirements/airflow-constraints.txt
 	python3 -m venv $(AIRFLOW_VENV)
@@ -85,26 +101,34 @@ $(AIRFLOW_VENV)/.installed: requirements/airflow.txt requirements/airflow-constr
 		-c requirements/airflow-constraints.txt
 	touch $@
 
-$(AIRFLOW_PREV_VENV)/.installed: requirements/airflow.txt requirements/airflow-constraints.txt \
-		requirements/airflow-spark-previous.txt | $(AIRFLOW_VENV)/.installed
-	rm -rf $(AIRFLOW_PREV_VENV)
-	python3 -m venv $(AIRFLOW_PREV_VENV)
-	$(AIRFLOW_PREV_VENV)/bin/pip install --quiet --upgrade pip
-	grep -v '^$(SPARK_PROVIDER)==' requirements/airflow.txt > $(AIRFLOW_PREV_VENV)/requirements.txt
-	grep -v '^$(SPARK_PROVIDER)==' requirements/airflow-constraints.txt \
-		> $(AIRFLOW_PREV_VENV)/constraints.txt
-	$(AIRFLOW_PREV_VENV)/bin/pip install --quiet -r $(AIRFLOW_PREV_VENV)/requirements.txt \
-		-r requirements/airflow-spark-previous.txt -c $(AIRFLOW_PREV_VENV)/constraints.txt
+$(AIRFLOW_OLDEST_VENV)/.installed: requirements/airflow.txt requirements/airflow-constraints.txt \
+		requirements/airflow-oldest.txt requirements/airflow-oldest-constraints.txt \
+		| $(AIRFLOW_VENV)/.installed
+	$(call fresh_venv,$(AIRFLOW_OLDEST_VENV))
+	$(call overlay,requirements/airflow-oldest-constraints.txt,requirements/airflow-constraints.txt) \
+		> $(AIRFLOW_OLDEST_VENV)/constraints.txt
+	$(AIRFLOW_OLDEST_VENV)/bin/pip install --quiet -r $(AIRFLOW_OLDEST_VENV)/requirements.txt \
+		-c $(AIRFLOW_OLDEST_VENV)/constraints.txt
 	touch $@
 
-# Re-resolve requirements/airflow.txt in a scratch venv and freeze the result.
+# Re-resolve both constraints files in a scratch venv: requirements/airflow.txt freely,
+# frozen whole; then the oldest set under those versions but for the packages
+# airflow-oldest-constraints.txt names (a new conflict: add its package there), frozen as
+# the lines that differ. Each file keeps its first three lines, its header.
 airflow-constraints:
-	rm -rf .venv-airflow-resolve
-	python3 -m venv .venv-airflow-resolve
-	.venv-airflow-resolve/bin/pip install --quiet --upgrade pip
-	.venv-airflow-resolve/bin/pip install --quiet -r requirements/airflow.txt
-	{ sed -n '1,3p' requirements/airflow-constraints.txt; \
-	  .venv-airflow-resolve/bin/pip freeze --all --exclude-editable \
-	    | grep -v '^pip==\|^setuptools==\|^wheel=='; } > requirements/airflow-constraints.txt.new
+	$(call fresh_venv,$(AIRFLOW_RESOLVE))
+	$(AIRFLOW_RESOLVE)/bin/pip install --quiet -r requirements/airflow.txt
+	{ sed -n '1,3p' requirements/airflow-constraints.txt; $(freeze); } \
+		> requirements/airflow-constraints.txt.new
 	mv requirements/airflow-constraints.txt.new requirements/airflow-constraints.txt
-	rm -rf .venv-airflow-resolve
+	$(call fresh_venv,$(AIRFLOW_RESOLVE))
+	$(call without,requirements/airflow-oldest-constraints.txt,requirements/airflow-constraints.txt) \
+		> $(AIRFLOW_RESOLVE)/constraints.txt
+	$(AIRFLOW_RESOLVE)/bin/pip install --quiet -r $(AIRFLOW_RESOLVE)/requirements.txt \
+		-c $(AIRFLOW_RESOLVE)/constraints.txt
+	{ sed -n '1,3p' requirements/airflow-oldest-constraints.txt; \
+	  $(freeze) | awk 'FNR == 1 { file++ } file == 1 { base[tolower($$0)] = 1; next } \
+	    !(tolower($$0) in base)' requirements/airflow-constraints.txt -; } \
+		> requirements/airflow-oldest-constraints.txt.new
+	mv requirements/airflow-oldest-constraints.txt.new requirements/airflow-oldest-constraints.txt
+	rm -rf $(AIRFLOW_RESOLVE)

@@ -5,7 +5,8 @@ process it started: the Spark provider's operator hides the process and its outp
 behind private names, which changed between the provider's releases. What the provider
 still gives is its connection type: the master is read from a Spark connection as the
 provider documents it (host, optional port, the ``deploy-mode`` and ``spark-binary``
-extras). The decisions are `outbox_relay_exits.POLICY`; docs/airflow.md prints them.
+extras). Each status goes through the relay's exit-code policy (`outbox_relay_exits`);
+docs/exit-codes.md prints it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,16 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import BaseHook, BaseNotifier, BaseOperator, Connection
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+# The providers' layer over names that moved between Airflow 3 releases (BaseHook came to
+# airflow.sdk in 3.1; 3.0.0's airflow.sdk names a BaseNotifier module it lacks).
+from airflow.providers.common.compat.notifier import BaseNotifier
+from airflow.providers.common.compat.sdk import (
+    AirflowException,
+    AirflowFailException,
+    BaseHook,
+    BaseOperator,
+    Connection,
+)
 from outbox_relay_exits import (
     LEFT_OVER_LINE,
     LEFT_OVER_XCOM,
@@ -61,13 +70,13 @@ def spark_submit_command(conn: Connection, application: str, application_args: S
 
 
 class RelaySparkSubmitOperator(BaseOperator):
-    """Runs ``spark-submit APPLICATION ARGS`` and maps its exit status through `POLICY`.
+    """Runs ``spark-submit APPLICATION ARGS`` and carries out its exit status's outcome.
 
     Left-over topics (exit 1 with the relay's lines) succeed with a warning and the lines
-    in the XCom ``left_over``; a failure raises `RelayExitNotRetried` (which `RETRY_POLICY`
-    fails at once) or `RelayExitRetried`. On a kill (a timeout, a task marked failed)
-    spark-submit first gets SIGTERM, the relay's graceful stop, and SIGKILL only after
-    `stop_grace_s`.
+    in the XCom ``left_over``; a failure raises `RelayExitNotRetried` (failed at once:
+    `RETRY_POLICY`, or before Airflow 3.3 an AirflowFailException) or `RelayExitRetried`.
+    On a kill (a timeout, a task marked failed) spark-submit first gets SIGTERM, the
+    relay's graceful stop, and SIGKILL only after `stop_grace_s`.
     """
 
     template_fields: Sequence[str] = ("application", "application_args", "env_vars", "name")
@@ -76,7 +85,8 @@ class RelaySparkSubmitOperator(BaseOperator):
                  conn_id: str = "spark_default", name: str = "outbox-relay",
                  env_vars: Mapping[str, str] | None = None, stop_grace_s: float = 45.0,
                  **kwargs: Any) -> None:
-        kwargs.setdefault("retry_policy", RETRY_POLICY)
+        if RETRY_POLICY is not None:  # Airflow 3.3 and later
+            kwargs.setdefault("retry_policy", RETRY_POLICY)
         super().__init__(**kwargs)
         self.application = application
         self.application_args = list(application_args)

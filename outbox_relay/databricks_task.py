@@ -3,32 +3,49 @@
 
 It takes the arguments of `outbox-relay` (its task parameters arrive as `sys.argv`).
 Databricks' wheel launcher loads the entry point, calls it and drops what it returns, so
-the exit code that `outbox-relay` returns would never fail the task: a drain that left
-topics over (exit 1) would show as a success. Here a non-zero code is raised instead, as
-an exception that names it; a success returns None.
+only an exception fails the task. The exit code's outcome (outbox_relay/exit_codes.py,
+the one policy of every runner) decides: a success returns, a warning (topics left over)
+returns after one line in the task's log, a failure raises `TaskFailed`. A job task's
+retries cannot be chosen per exit code, so its retries follow a FAIL too, each failing
+the same way in seconds; docs/exit-codes.md says so.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from outbox_relay.cli import main as cli_main
-from outbox_relay.exit_codes import ExitCode
+from outbox_relay.exit_codes import ExitCode, Outcome, outcome_of
+
+PREFIX = "outbox-relay-task:"
+
+
+def _describe(code: int) -> str:
+    """`code`, what it means and its outcome, for the task's log or its error."""
+    try:
+        what = f"{ExitCode(code).name}: {ExitCode(code).meaning}"
+    except ValueError:
+        what = "not a code of outbox_relay.exit_codes"
+    return f"outbox-relay exited with {code} ({what}); {outcome_of(code).value}"
 
 
 class TaskFailed(RuntimeError):
-    """The command ended with a non-zero exit code; the job's task fails with this line."""
+    """The command's exit code is a failure (RETRY or FAIL); the job's task fails with
+    this line, which names the code and its outcome."""
 
     def __init__(self, code: int) -> None:
         self.code = code
-        try:
-            what = f"{ExitCode(code).name}: {ExitCode(code).meaning}"
-        except ValueError:
-            what = "not a code of outbox_relay.exit_codes"
-        super().__init__(f"outbox-relay exited with {code} ({what})")
+        self.outcome = outcome_of(code)
+        super().__init__(_describe(code))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     code = cli_main(argv)
-    if code != ExitCode.OK:
+    outcome = outcome_of(code)
+    if outcome is Outcome.WARN:
+        # Above it the relay printed a line for each topic left over.
+        print(f"{PREFIX} warning: {_describe(code)}; see `outbox-relay topics`",
+              file=sys.stderr, flush=True)
+    elif outcome is not Outcome.SUCCESS:
         raise TaskFailed(code)

@@ -1,12 +1,24 @@
-"""Every exit code of the relay and of every command, in one table (docs/exit-codes.md prints it).
+"""Every exit code of the relay and of every command, in one table (docs/exit-codes.md prints it),
+with the one outcome each code has for whatever runs it.
 
-Schedulers (Airflow, Kubernetes, supervisord) act on these numbers, so each outcome has
-a number of its own and a number never changes its meaning.
+Schedulers (Airflow, Databricks, Kubernetes, systemd) act on these numbers, so each
+outcome has a number of its own and a number never changes its meaning. Every runner
+follows `ExitCode.outcome` (dags/outbox_relay_exits.py, outbox_relay/databricks_task.py);
+docs/exit-codes.md says how each one carries it out.
 """
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import Enum, IntEnum
+
+
+class Outcome(Enum):
+    """What a runner makes of an exit, whichever runner it is."""
+
+    SUCCESS = "success"
+    WARN = "success, with a warning"
+    RETRY = "failure; another attempt may succeed"
+    FAIL = "failure that a retry would repeat; a person fixes it"
 
 
 class ExitCode(IntEnum):
@@ -33,6 +45,10 @@ class ExitCode(IntEnum):
     @property
     def meaning(self) -> str:
         return _MEANINGS[self]
+
+    @property
+    def outcome(self) -> Outcome:
+        return _OUTCOMES[self]
 
 
 _MEANINGS: dict[ExitCode, str] = {
@@ -68,7 +84,48 @@ _MEANINGS: dict[ExitCode, str] = {
 }
 
 
+# Retried: what another attempt may well not meet (an outage, a lost connection or lock,
+# a stop signal such as a scheduler's own on a timeout); a retry reads what is still in
+# the outbox, at least once, as after any restart. FAIL: what only a person fixes (the
+# profile, the schema files, a defect); a retry would repeat it and hide it.
+_OUTCOMES: dict[ExitCode, Outcome] = {
+    ExitCode.OK: Outcome.SUCCESS,
+    # Every other topic drained; the ones left over wait in error (a poison message, a
+    # missing topic) or are another relay's. A red run every 5 minutes would not drain
+    # them any faster: their state is in `outbox-relay topics` (kafka_topic_info).
+    ExitCode.LEFT_OVER: Outcome.WARN,
+    ExitCode.USAGE: Outcome.FAIL,
+    ExitCode.INTERRUPTED: Outcome.RETRY,
+    ExitCode.UNREACHABLE: Outcome.RETRY,
+    ExitCode.QUERY_FAILED: Outcome.RETRY,
+    ExitCode.NOT_VERIFIED: Outcome.RETRY,
+    ExitCode.DATABASE_ERROR: Outcome.RETRY,
+    ExitCode.DATABASE_LOST: Outcome.RETRY,
+    ExitCode.LOCK_LOST: Outcome.RETRY,
+    ExitCode.MIGRATION_FAILED: Outcome.FAIL,
+    # Codes of the operator's commands (ledger, parked, stack, status, skip): a scheduled
+    # one (a `status` check, say) fails until a person looks.
+    ExitCode.NOT_FOUND: Outcome.FAIL,
+    ExitCode.DECLINED: Outcome.FAIL,
+    ExitCode.STACK_FAILED: Outcome.FAIL,
+    ExitCode.RELAY_ERROR: Outcome.RETRY,
+    ExitCode.DEFECT: Outcome.FAIL,
+    ExitCode.UNHEALTHY: Outcome.FAIL,
+    ExitCode.BUSY: Outcome.RETRY,  # nothing done while a relay works on it: later, it may
+    ExitCode.AT_ONCE: Outcome.RETRY,
+}
+
+
+def outcome_of(status: int) -> Outcome:
+    """The outcome of a process's exit status. A status outside the table (a signal's,
+    spark-submit's 143 on a stop before the relay runs, a JVM's crash) is retried."""
+    try:
+        return ExitCode(status).outcome
+    except ValueError:
+        return Outcome.RETRY
+
+
 def markdown_table() -> str:
-    """The table of exit codes that docs/exit-codes.md prints."""
-    rows = [f"| {int(c)} | `{c.name}` | {c.meaning} |" for c in ExitCode]
-    return "\n".join(["| code | name | meaning |", "| --- | --- | --- |", *rows])
+    """The table of exit codes and their outcomes that docs/exit-codes.md prints."""
+    rows = [f"| {int(c)} | `{c.name}` | {c.meaning} | {c.outcome.name} |" for c in ExitCode]
+    return "\n".join(["| code | name | meaning | outcome |", "| --- | --- | --- | --- |", *rows])

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from tests.airflow.dag_runs import load_dag, run_dag, task_states
+from tests.airflow.dag_runs import RUNS_FAILURE_CALLBACKS, load_dag, run_dag, task_states
 from tests.airflow.jobs_api_standin import TOKEN, JobsApi, serve
 from tests.airflow.webhook_receiver import Received, webhook_receiver
 
@@ -75,7 +76,26 @@ def test_the_task_fails_with_its_run_and_notifies_the_webhook(
 
     assert states == {"migrate_and_drain": "failed"}
     assert len(standin.run_nows()) == 1
+    if not RUNS_FAILURE_CALLBACKS:
+        pytest.skip("this Airflow's dag.test() calls no on_failure_callback (dag_runs.py); "
+                    "test_the_notifier_posts_a_final_failure calls the notifier itself")
     (notice,) = webhook.bodies
     assert (notice["dag_id"], notice["task_id"]) == ("outbox_relay_databricks", "migrate_and_drain")
     assert notice["text"].startswith(
         "outbox-relay: outbox_relay_databricks.migrate_and_drain failed")
+
+
+def test_the_notifier_posts_a_final_failure(webhook: Received) -> None:
+    """As a worker's task runner calls a task's on_failure_callback: with the context."""
+    dag = load_dag("outbox_relay_databricks")
+    (task,) = dag.tasks
+    (notifier,) = task.on_failure_callback
+    ti = SimpleNamespace(dag_id="outbox_relay_databricks", task_id=task.task_id,
+                         run_id="scheduled__2026-01-01", try_number=2)
+
+    notifier({"dag": dag, "ti": ti, "exception": RuntimeError("Job run failed")})
+
+    (notice,) = webhook.bodies
+    assert (notice["dag_id"], notice["try_number"]) == ("outbox_relay_databricks", 2)
+    assert notice["text"] == ("outbox-relay: outbox_relay_databricks.migrate_and_drain failed "
+                              "in run scheduled__2026-01-01 (try 2): Job run failed")

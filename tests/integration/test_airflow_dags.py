@@ -1,9 +1,10 @@
 """The Airflow tier, from the main session: seed outboxes on the shared stack, run
-tests/airflow in `.venv-airflow` (DagBag, structure, `dag.test()` through a real
-spark-submit, the Databricks DAG against a Jobs API stand-in), then check with an
-independent consumer that every seeded message arrived. The tier runs once more, but
-for the drains, in `.venv-airflow-spark-prev`: the same Airflow with the Spark
-provider's previous minor version, so the exit-code mapping is tested on both.
+tests/airflow (DagBag, structure, `dag.test()` through a real spark-submit, the
+Databricks DAG against a Jobs API stand-in), then check with an independent consumer
+that every seeded message arrived. Once in each Airflow venv: `.venv-airflow`, the
+newest Airflow and providers, and `.venv-airflow-oldest`, the oldest Airflow 3 the
+providers accept with the Spark provider's previous minor version, so the DAGs run at
+both ends of the range docs/airflow.md states and on the provider's newest two minors.
 
 `make test` installs both venvs first; without them these tests fail, they do not skip.
 """
@@ -35,12 +36,20 @@ from tests.integration.process import REPO, write_profile
 
 pytestmark = pytest.mark.integration
 
-AIRFLOW_PYTHON = REPO / ".venv-airflow" / "bin" / "python"
-PREVIOUS_PYTHON = REPO / ".venv-airflow-spark-prev" / "bin" / "python"
+# Each venv and the requirements files whose pins it installs, the later one winning
+# (Makefile, airflow-venv).
+VENVS = {"newest": (".venv-airflow", ["airflow.txt"]),
+         "oldest": (".venv-airflow-oldest", ["airflow.txt", "airflow-oldest.txt"])}
+AIRFLOW = "apache-airflow"
 SPARK_PROVIDER = "apache-airflow-providers-apache-spark"
 # Deimos's own columns: the outbox as Deimos wrote it, before the relay's migrations.
 DEIMOS_INSERT = "INSERT INTO kafka_messages (topic, message, key, partition_key) " \
                 "VALUES (%s, %s, %s, %s) RETURNING id"
+
+
+@pytest.fixture(params=list(VENVS))
+def venv(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
@@ -103,16 +112,21 @@ def _seed(url: str, rows: list[tuple[str, bytes, bytes | None, str | None]],
         conn.close()
 
 
-def _pinned_spark_provider(requirements: str) -> str:
-    text = (REPO / "requirements" / requirements).read_text(encoding="utf-8")
-    (line,) = [ln for ln in text.splitlines() if ln.startswith(f"{SPARK_PROVIDER}==")]
-    return line.partition("==")[2].strip()
+def _pinned(venv: str, package: str) -> str:
+    """The version of `package` that `venv`'s requirements pin."""
+    version = ""
+    for requirements in VENVS[venv][1]:
+        text = (REPO / "requirements" / requirements).read_text(encoding="utf-8")
+        for line in text.splitlines():
+            if line.startswith(f"{package}=="):
+                version = line.partition("==")[2].strip()
+    assert version, f"{venv}: no pin of {package}"
+    return version
 
 
-def _run_airflow_tier(python: Path, env: dict[str, str],
-                      *args: str) -> subprocess.CompletedProcess[str]:
+def _run_airflow_tier(python: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(python), "-m", "pytest", "tests/airflow", "-q", "--durations=8", *args],
+        [str(python), "-m", "pytest", "tests/airflow", "-q", "--durations=8"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1200,
     )
 
@@ -127,28 +141,24 @@ def _passed(done: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_the_two_venvs_pin_the_spark_providers_newest_two_minor_versions() -> None:
-    newest = Version(_pinned_spark_provider("airflow.txt"))
-    previous = Version(_pinned_spark_provider("airflow-spark-previous.txt"))
+    newest = Version(_pinned("newest", SPARK_PROVIDER))
+    previous = Version(_pinned("oldest", SPARK_PROVIDER))
 
     assert (previous.major, previous.minor + 1) == (newest.major, newest.minor)
 
 
-def test_the_exit_code_mapping_under_the_previous_spark_provider() -> None:
-    assert PREVIOUS_PYTHON.exists(), "no .venv-airflow-spark-prev: `make airflow-venv` installs it"
-    env = {**os.environ, "OUTBOX_RELAY_HOME": str(REPO),
-           "OUTBOX_RELAY_SPARK_PROVIDER": _pinned_spark_provider("airflow-spark-previous.txt")}
+def test_the_page_states_the_range_of_airflow_versions_the_venvs_test() -> None:
+    page = (REPO / "docs" / "airflow.md").read_text(encoding="utf-8")
+    oldest, newest = _pinned("oldest", AIRFLOW), _pinned("newest", AIRFLOW)
 
-    # The drains (spark_dag) need the seeded outboxes and take a spark-submit each; the
-    # rest is the mapping on real child processes, the DAGs' shape and the Databricks DAG.
-    done = _run_airflow_tier(PREVIOUS_PYTHON, env, "-k", "not spark_dag")
-
-    _passed(done)
-    print(done.stdout)
+    assert Version(oldest).major == 3 and Version(oldest) < Version(newest)
+    assert f"Airflow {oldest} to {newest}" in " ".join(page.split())
 
 
-def test_airflow_dags_drain_the_outbox(stack: StackInfo, databases: dict[str, str],
+def test_airflow_dags_drain_the_outbox(venv: str, stack: StackInfo, databases: dict[str, str],
                                        tmp_path: Path) -> None:
-    assert AIRFLOW_PYTHON.exists(), "no .venv-airflow: `make airflow-venv` installs it"
+    python = REPO / VENVS[venv][0] / "bin" / "python"
+    assert python.exists(), f"no {VENVS[venv][0]}: `make airflow-venv` installs it"
     drained = [unique("airflow.a"), unique("airflow.b")]
     free, locked = unique("airflow.free"), unique("airflow.locked")
     create_topics(stack.kafka_bootstrap, {**{t: 3 for t in drained}, free: 2, locked: 2})
@@ -194,15 +204,16 @@ def test_airflow_dags_drain_the_outbox(stack: StackInfo, databases: dict[str, st
         "SPARK_HOME": str(Path(pyspark.__file__).parent),
         "AIRFLOW_CONN_SPARK_RELAY_TEST": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "OUTBOX_RELAY_SPARK_CONN_ID": "spark_relay_test",
-        "OUTBOX_RELAY_SPARK_PROVIDER": _pinned_spark_provider("airflow.txt"),
+        "OUTBOX_RELAY_AIRFLOW": _pinned(venv, AIRFLOW),
+        "OUTBOX_RELAY_SPARK_PROVIDER": _pinned(venv, SPARK_PROVIDER),
     }
 
     started = time.monotonic()
-    done = _run_airflow_tier(AIRFLOW_PYTHON, env)
+    done = _run_airflow_tier(python, env)
     took = time.monotonic() - started
 
     _passed(done)
-    print(f"Airflow tier: {took:.0f} s\n{done.stdout}")
+    print(f"Airflow tier in {VENVS[venv][0]}: {took:.0f} s\n{done.stdout}")
 
     got = consume(stack.kafka_bootstrap, drained, expect=len(ids))
     assert {r.outbox_id for r in got} == set(ids), "every seeded message arrives"

@@ -101,3 +101,39 @@ def test_the_drain_job_migrates_then_drains_every_key_shape(
     # The target's own ledger, where the cluster's environment put it. (No checkpoint:
     # a backlog this small drains in the start-up round, before any streaming query.)
     assert (tmp_path / "state" / bundle.target / "ledger" / "_delta_log").is_dir()
+
+
+def test_a_drain_that_leaves_a_topic_over_is_a_task_success_with_a_warning(
+    stack: StackInfo, migrated_url: str, tmp_path: Path
+) -> None:
+    """LEFT_OVER's outcome is WARN in every runner (docs/exit-codes.md): the entry point
+    returns, so the task succeeds, and its log names the topic that waits. Retried or
+    mailed every 5 minutes, a topic in error would not drain any sooner."""
+    bundle = load_bundle({"postgres_url": migrated_url,
+                          "kafka_bootstrap_servers": stack.kafka_bootstrap,
+                          "state_volume": str(tmp_path / "state")})
+    relay = bundle.command_task(JOB, "run")
+    # The schema is migrated already (migrated_url): no migrate task, one spark-submit less.
+    # The deadline only bounds the wait for the locked topic.
+    runner = TaskRunner(bundle.jobs[JOB], tmp_path, {"relay": {"available_now_deadline_s": 5}})
+    free, locked = unique("dbx-free"), unique("dbx-locked")
+    create_topics(stack.kafka_bootstrap, {free: 1, locked: 1})
+    ids = insert(migrated_url, [[Msg(free, f"k{i}".encode(), f"v{i}".encode())
+                                 for i in range(20)]])
+    insert(migrated_url, [[Msg(locked, b"k", b"waits")]])
+    # Another relay holds this topic's lock for the whole test.
+    query(migrated_url, "INSERT INTO kafka_topic_info (topic, locked_by, locked_at) "
+          "VALUES (%s, 'another-relay', now() AT TIME ZONE 'UTC' + interval '1 hour')",
+          (locked,))
+
+    log = tmp_path / "relay.log"
+    code = runner.run(relay, log)
+    output = log.read_text(errors="replace")
+
+    assert code == 0, output[-3000:]
+    (warning,) = [line for line in output.splitlines() if line.startswith("outbox-relay-task:")]
+    assert "exited with 1 (LEFT_OVER" in warning and "warning" in warning, warning
+    assert f"left over: topic {locked}" in output
+    assert {r.outbox_id for r in consume(stack.kafka_bootstrap, [free], expect=len(ids))} \
+        == set(ids)
+    assert query(migrated_url, "SELECT topic FROM kafka_messages") == [(locked,)]

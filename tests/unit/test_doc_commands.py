@@ -7,7 +7,8 @@ Python block), names only what exists, read from the real parsers and the Makefi
 - `spark-submit ... jobs/relay.py ...`: the options of outbox_relay.app.parser, and
   `jobs/migrate.py` the CLI's global ones (spark-submit's own, before the script, are
   Spark's);
-- `make ...`: the Makefile's targets.
+- `make ...`: the Makefile's targets;
+- `databricks bundle ...`: a target, `-t dev` or `-t prod`.
 
 Values and placeholders (TOPIC, ID..., <id>) are not checked.
 """
@@ -25,7 +26,7 @@ import pytest
 
 from outbox_relay.app import parser as relay_parser
 from outbox_relay.cli import build_parser
-from tests.doc_pages import PAGES, REPO, blocks, page_id
+from tests.doc_pages import PAGES, REPO, SHELL_BLOCKS, blocks, page_id
 
 MAKEFILE = REPO / "Makefile"
 # `outbox-relay ...` phrases that are names, not command lines.
@@ -42,6 +43,11 @@ _MAKE_TARGET = re.compile(r"^([A-Za-z][\w.-]*(?:[ \t]+[A-Za-z][\w.-]*)*)[ \t]*:(
 QUOTES = "\"'()`"
 PUNCTUATION = QUOTES + ",;:"
 CLI_MODULES = {"outbox_relay.cli": build_parser}
+# `databricks bundle VERB ARGS`; a VERB alone in a code span is the command's name in prose.
+BUNDLE_COMMAND = re.compile(r"databricks\s+bundle\s+([a-z-]+)((?:[ \t]+[^\s`]+)*)")
+BUNDLE_TARGET = re.compile(r"(?:^|\s)(?:-t|--target)[ =](?:dev|prod)(?:\s|$)")
+# The CLI's bundle commands that take no target.
+BUNDLE_UNTARGETED = {"init", "schema"}
 
 
 def commands(text: str) -> Iterator[tuple[str, list[str]]]:
@@ -204,3 +210,17 @@ def test_a_command_that_does_not_exist_is_named(line: str, problem: str) -> None
 ])
 def test_a_command_that_exists_passes(line: str) -> None:
     assert [p for c in commands(line) if (p := command_problem(*c)) is not None] == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_bundle_command_names_its_target(page: Path) -> None:
+    """Without `-t`, a bundle command acts on the default target, dev: a deploy meant for
+    prod (pausing its drain for Airflow, say) changes dev and leaves prod as it was."""
+    untargeted = [f"databricks bundle {verb}{args}"
+                  for kind, text in blocks(page.read_text(encoding="utf-8"))
+                  if kind in ("span", *SHELL_BLOCKS)
+                  for verb, args in BUNDLE_COMMAND.findall(text)
+                  if args.strip() and verb not in BUNDLE_UNTARGETED
+                  and not BUNDLE_TARGET.search(_COMMENT.sub("", args))]
+
+    assert untargeted == [], f"{page_id(page)}: no -t dev or -t prod in {untargeted}"

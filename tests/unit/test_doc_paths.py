@@ -20,7 +20,7 @@ NOT_IN_THE_REPOSITORY = (
     "dist/",            # `python -m build --wheel` writes the wheel there
     ".venv", ".venv/",  # made by `make setup`
     ".venv-airflow", ".venv-airflow/",  # made by `make airflow-venv`
-    ".venv-airflow-spark-prev", ".venv-airflow-spark-prev/",  # made by `make airflow-venv`
+    ".venv-airflow-oldest", ".venv-airflow-oldest/",  # made by `make airflow-venv`
     ".relay-data/",     # the local stack's data and tools, git-ignored
     "conf/prod.toml",   # the profile a user writes from conf/local.toml
     "/Volumes/",        # a Databricks workspace's Unity Catalog Volumes

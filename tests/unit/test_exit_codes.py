@@ -1,5 +1,6 @@
 """One table of exit codes: every error class and command outcome has a code of its own,
-and docs/exit-codes.md prints exactly that table."""
+every code one outcome for every runner, and docs/exit-codes.md prints exactly that
+table."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from outbox_relay import errors
-from outbox_relay.exit_codes import ExitCode, markdown_table
+from outbox_relay.exit_codes import ExitCode, Outcome, markdown_table, outcome_of
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 
@@ -30,11 +31,34 @@ def test_every_code_has_a_meaning_and_a_distinct_number() -> None:
     assert all(c.meaning.strip() for c in ExitCode)
 
 
+def test_every_code_has_an_outcome() -> None:
+    assert all(isinstance(code.outcome, Outcome) for code in ExitCode)
+    assert {c for c in ExitCode if c.outcome is Outcome.SUCCESS} == {ExitCode.OK}
+    assert {c for c in ExitCode if c.outcome is Outcome.WARN} == {ExitCode.LEFT_OVER}
+
+
+@pytest.mark.parametrize("status", [-9, -15, 1 + max(ExitCode), 137, 143, 255])
+def test_a_status_outside_the_table_is_retried(status: int) -> None:
+    """A signal's status, spark-submit's 143 on a TERM before the relay runs, a JVM crash."""
+    assert outcome_of(status) is Outcome.RETRY
+
+
 def test_the_docs_print_the_table() -> None:
     page = PAGE.read_text(encoding="utf-8")
     assert markdown_table() in page
     for code in ExitCode:
         assert f"| {int(code)} | `{code.name}` |" in page
+
+
+def test_the_docs_state_each_outcome_and_the_fail_codes_for_each_runner() -> None:
+    """The FAIL codes as systemd and Kubernetes take them, printed from the table."""
+    page = PAGE.read_text(encoding="utf-8")
+    fail = [int(c) for c in ExitCode if c.outcome is Outcome.FAIL]
+
+    for outcome in Outcome:
+        assert f"| `{outcome.name}` | {outcome.value} |" in page
+    assert f"`RestartPreventExitStatus={' '.join(map(str, fail))}`" in page
+    assert f"values: [{', '.join(map(str, fail))}]}}" in page
 
 
 def test_an_unverified_drain_is_not_a_success() -> None:

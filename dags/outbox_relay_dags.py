@@ -4,7 +4,8 @@ Two DAGs, alternatives (run one; they would share the outbox's topic locks and t
 profile's checkpoint):
 
 - ``outbox_relay_drain``: ``spark-submit jobs/migrate.py --config PROFILE``, then
-  ``spark-submit jobs/relay.py --config PROFILE --available-now``, through
+  ``spark-submit jobs/relay.py --config PROFILE --available-now --time-budget-s 1620``
+  (27 minutes, inside the task's 30-minute timeout), through
   ``RelaySparkSubmitOperator`` in client deploy mode, in the pool ``outbox_relay_spark``:
   client mode runs the driver's JVM on the Airflow worker, and the pool bounds how many
   run there at once. The migrate step runs the project's ``jobs/migrate.py`` (the same as
@@ -21,23 +22,20 @@ profile's checkpoint):
   a second cluster every 5 minutes. Pause the job's own schedule when Airflow triggers
   it (``--var drain_pause_status=PAUSED``).
 
-Exit codes (``outbox_relay/exit_codes.py``; the decisions are ``outbox_relay_exits.POLICY``
-and docs/airflow.md):
+Exit codes: each status of spark-submit takes the outcome the relay's one exit-code
+policy gives it (``outbox_relay/exit_codes.py``, the table below; docs/exit-codes.md),
+through ``outbox_relay_exits``:
 
-- 0 OK: success.
-- 1 LEFT_OVER: success with a warning naming the topics, when the relay printed its
-  left-over lines (every other topic drained; the rest wait in error or are locked by
-  another relay, and the next run tries them again). A bare exit 1 without those
-  lines is spark-submit's or Python's own failure: retried.
-- 2 USAGE, 10 MIGRATION_FAILED, 11, 12, 13, 16, 17 (other commands' codes), 15 DEFECT: failed,
-  not retried (a person must fix the profile, the schema files or the code): the
-  task's ``retry_policy`` fails them at once.
-- 3 INTERRUPTED, 4 UNREACHABLE, 5 QUERY_FAILED, 6 NOT_VERIFIED, 7 DATABASE_ERROR,
-  8 DATABASE_LOST, 9 LOCK_LOST, 14 RELAY_ERROR, 130 AT_ONCE, and any status outside
-  the table: failed and retried. A retry reads what is still in the outbox: at least
-  once, as after any restart.
-- On Databricks a non-zero exit fails the job's task (and its run: the Airflow task
-  fails), after the job's own task retries.
+- SUCCESS (0 OK) and WARN (1 LEFT_OVER) succeed. WARN logs a warning naming the topics
+  left over and puts the relay's lines in the XCom ``left_over``. An exit 1 without
+  those lines is spark-submit's or Python's own failure: retried.
+- RETRY codes, and any status outside the table, take the task's retries.
+- FAIL codes (2 USAGE, 10 MIGRATION_FAILED, 15 DEFECT, ...) fail at once: the task's
+  ``retry_policy`` from Airflow 3.3, an ``AirflowFailException`` on 3.0 to 3.2.
+- The Databricks task fails when the job's run fails: its entry point raises on RETRY
+  and FAIL codes, after the job's own task retries.
+
+Airflow 3.0.0 to 3.3.2 with the providers of requirements/airflow*.txt (docs/airflow.md).
 
 A task that fails for good (retries spent, or not retried) calls
 ``RelayFailureNotifier``: a line in the task log, and a JSON POST to a webhook when
@@ -79,8 +77,10 @@ from airflow.sdk import DAG
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.append(str(Path(__file__).resolve().parent))
 
-from outbox_relay_exits import RELAY_HOME, markdown_table
+from outbox_relay_exits import RELAY_HOME
 from outbox_relay_operators import RelayFailureNotifier, RelaySparkSubmitOperator
+
+from outbox_relay.exit_codes import markdown_table  # on the path: outbox_relay_exits put it
 
 PROFILE = os.environ.get("OUTBOX_RELAY_PROFILE") or str(RELAY_HOME / "conf" / "prod.toml")
 SPARK_CONN_ID = os.environ.get("OUTBOX_RELAY_SPARK_CONN_ID") or "spark_default"
@@ -91,7 +91,7 @@ ALERT_CONN_ID = os.environ.get("OUTBOX_RELAY_ALERT_CONN_ID") or None
 # A template, so the Variable is read when the task runs, not each time the file is parsed.
 DATABRICKS_JOB_ID = "{{ var.value.outbox_relay_databricks_job_id }}"
 
-# The UI's DAG docs: this docstring and the decision for every code, from the table itself.
+# The UI's DAG docs: this docstring and the outcome of every code, from the table itself.
 DOC_MD = f"{__doc__}\n{markdown_table()}\n"
 EVERY_5_MINUTES = "*/5 * * * *"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -99,6 +99,13 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 # The notifier runs once a task has failed for good, not on each retry.
 DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=1),
                 "on_failure_callback": [RelayFailureNotifier(ALERT_CONN_ID)]}
+# The drain's time budget (docs/operating.md, "A drain's time budget"): past it the relay
+# claims nothing new, finishes the rounds in flight and exits LEFT_OVER, a success with a
+# warning here, and the next run goes on. The task's timeout stays above it by the margin
+# that page gives (the writes in flight, up to kafka.delivery_timeout_ms's 120 s, and 60 s
+# for the rest), so it is a safety net that never fires in normal operation.
+DRAIN_TIMEOUT = timedelta(minutes=30)
+DRAIN_BUDGET_S = int(DRAIN_TIMEOUT.total_seconds()) - 180
 
 
 def _job(name: str) -> str:
@@ -130,14 +137,13 @@ with DAG(
     drain = RelaySparkSubmitOperator(
         task_id="drain",
         application=_job("relay.py"),
-        application_args=["--config", PROFILE, "--available-now"],
+        application_args=["--config", PROFILE, "--available-now",
+                          "--time-budget-s", str(DRAIN_BUDGET_S)],
         conn_id=SPARK_CONN_ID,
         env_vars=env,
         name="outbox-relay",
         pool=SPARK_POOL,
-        # The drain's own deadline (relay.available_now_deadline_s) ends it sooner; this
-        # bounds a spark-submit that hangs.
-        execution_timeout=timedelta(minutes=30),
+        execution_timeout=DRAIN_TIMEOUT,
     )
     migrate >> drain
 
