@@ -76,17 +76,6 @@ def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 ConfigFactory = Callable[..., Config]
 
-# The two lanes of the data plane (docs/how-it-works.md): a test of a guarantee that both
-# must keep runs on each. A small write goes through the driver's producer unless the
-# direct lane is off; then every write is a Spark job.
-LANES = ("direct", "spark")
-
-
-def on_lane(config: Config, lane: str) -> Config:
-    """`config` whose small writes take `lane`."""
-    relay = config.relay.model_copy(update={"direct_lane": lane == "direct"})
-    return config.model_copy(update={"relay": relay})
-
 
 @pytest.fixture
 def make_config(stack: StackInfo, migrated_url: str, tmp_path: Path) -> ConfigFactory:

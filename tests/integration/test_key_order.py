@@ -24,7 +24,7 @@ from outbox_relay.ledger.delta import Ledger
 from outbox_relay.rules.partitioners import partition_for
 from outbox_relay.stack import StackInfo
 from outbox_relay.stream.runner import EXIT_OK
-from tests.integration.conftest import LANES, ConfigFactory, RelayRunner, on_lane
+from tests.integration.conftest import ConfigFactory, RelayRunner
 from tests.integration.helpers import (
     Msg,
     consume,
@@ -40,6 +40,7 @@ from tests.integration.two_brokers import (  # noqa: F401  (fixtures)
     cluster_fixture,
     two_brokers_fixture,
 )
+from tests.lanes import LANES, on_lane
 
 pytestmark = pytest.mark.integration
 
