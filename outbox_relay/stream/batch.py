@@ -24,7 +24,13 @@ from outbox_relay.control.pending import TopicFilter, pending_topics, relays_pol
 from outbox_relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
 from outbox_relay.observe.progress import Progress
 from outbox_relay.observe.runtime import RuntimeMetrics
-from outbox_relay.stream.lanes import DRAIN_QUIET_S, DrainLane, report_failure
+from outbox_relay.stream.lanes import (
+    DRAIN_QUIET_S,
+    DrainLane,
+    end_lanes,
+    hand_over,
+    report_failure,
+)
 from outbox_relay.stream.round import Round
 from outbox_relay.stream.stats import RelayStats
 from outbox_relay.stream.stop import StopSignal
@@ -167,39 +173,14 @@ class BatchProcessor:
                 return
 
     def _hand_over(self, topics: Collection[str]) -> None:
-        """Each topic to the drain lane that holds the fewest, so that every lane has
-        work while there is enough: one lane's claim and delete then run under another's
-        write. Only after the main round that claimed them has finished."""
-        for topic in sorted(topics):
-            lane = min(self._drains, key=lambda d: len(d.split.draining))
-            lane.split.hand_over([topic])
+        hand_over(self._drains, topics)
 
     def _held(self) -> frozenset[str]:
         """The topics the drain lanes hold."""
         return frozenset().union(*(lane.split.draining for lane in self._drains))
 
     def _end_drains(self, main: tuple[float, BaseException] | None) -> None:
-        """Ends every drain lane (one lane's failure must not leave another's thread
-        running rounds). When lanes failed, the first failure is the body's, so that the
-        run's exit code names it: a lane's is raised when it came before the main lane's
-        `main` (when, what), if any. One that is retried (a lost connection) decides only
-        when nothing else failed. Each lane logged its own failure; the main lane's is
-        logged here when a lane's decides."""
-        failures = [] if main is None else [main]
-        for lane in self._drains:
-            try:
-                lane.end()
-            except BaseException as exc:
-                failures.append((lane.failed_at, exc))
-        if not failures:
-            return
-        _, first = min(failures, key=lambda f: (isinstance(f[1], _RETRIED), f[0]))
-        if main is not None and first is main[1]:
-            return
-        if main is not None:
-            report_failure(self._metrics, "main", "the main lane failed after a drain lane",
-                           main[1])
-        raise first
+        end_lanes(self._drains, main, self._metrics, retried=_RETRIED)
 
     def _pace(self, began: float, deadline: float) -> bool:
         """After a round whose claims all fell short of their limit (a trickle, not a
