@@ -138,7 +138,7 @@ class Sender:
         except (KafkaException, SystemError) as exc:
             # A fatal error (the gap-less guarantee's) surfaces here in confluent-kafka;
             # every record without a report then counts as unknown (see the caller).
-            sent.fatal = str(exc)
+            sent.fatal = sent.fatal or _fatal_text(exc)
 
 
 def _refuse(sent: Sent, outbox_id: int, err: KafkaError) -> None:
@@ -148,19 +148,31 @@ def _refuse(sent: Sent, outbox_id: int, err: KafkaError) -> None:
 
 
 def _on_delivery(sent: Sent, outbox_id: int, err: KafkaError | None, _msg: object) -> None:
+    try:
+        _report(sent, outbox_id, err)
+    except SystemError as exc:
+        # confluent-kafka calls the first report after the producer's fatal error with
+        # that error still pending: the first call into it raises a SystemError caused by
+        # the fatal error, and the calls after it work.
+        sent.fatal = sent.fatal or _fatal_text(exc)
+        _report(sent, outbox_id, err)
+
+
+def _report(sent: Sent, outbox_id: int, err: KafkaError | None) -> None:
     if err is None:
         sent.acknowledged.add(outbox_id)
         return
-    try:
-        code, fatal = err.code(), err.fatal()
-    except SystemError as exc:
-        # The first report after the producer's fatal error: confluent-kafka raises from
-        # every accessor then. The record's fate is not known.
-        sent.unknown[outbox_id] = sent.fatal = sent.fatal or f"fatal error: {exc}"
-        return
+    code = err.code()
     if code in REFUSED_FOR_GOOD or code in NEVER_SENT:
         _refuse(sent, outbox_id, err)
     else:
         sent.unknown[outbox_id] = describe(err)
-    if fatal:
+    if err.fatal():
         sent.fatal = sent.fatal or describe(err)
+
+
+def _fatal_text(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, KafkaException) and isinstance(cause.args[0], KafkaError):
+        return describe(cause.args[0])
+    return f"fatal error: {cause or exc}"

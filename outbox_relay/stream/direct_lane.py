@@ -113,7 +113,8 @@ class DirectLane:
         else the acknowledged part kept and the topic backed off."""
         acked = sorted(r.id for r in mine if r.id in sent.acknowledged)
         pending = [r for r in mine if r.id not in sent.acknowledged]
-        if not any(r.id in sent.refused_for_good for r in pending):
+        refused = [r.id for r in pending if r.id in sent.refused_for_good]
+        if not refused:
             down = outage(self._admin, failure)
             log.warning("topic %s: %d of %d record(s) not acknowledged: %s", claim.topic,
                         len(pending), len(mine), down or failure)
@@ -124,6 +125,8 @@ class DirectLane:
             part = [r for i, r in by_id.items() if first <= i <= last]
             return self._send(part).failure([r.id for r in part])
 
-        result = isolate(sorted(by_id), failure, resend)
+        # The refusal's own words start the isolation: the first report of a write the
+        # producer stopped may say only that it stopped.
+        result = isolate(sorted(by_id), sent.refused[refused[0]], resend)
         result.delivered = acked + result.delivered
         return result
