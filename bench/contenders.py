@@ -79,10 +79,16 @@ def wait(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
         return proc.wait(30)
 
 
-def relay_output(log_text: str, launched_at: float) -> dict[str, Any]:
+def in_repo(path: Path) -> str:
+    """A path as the report records it: relative to the checkout, never this machine's."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name
+
+
+def relay_output(log_path: Path, launched_at: float) -> dict[str, Any]:
     """What the relay's output says: its summary (messages, batches, lanes) and, from a
     debug log, each start-up mark as seconds after `launched_at`."""
-    out: dict[str, Any] = {}
+    log_text = log_path.read_text(errors="replace")
+    out: dict[str, Any] = {"log": in_repo(log_path)}
     if m := _DELIVERED.search(log_text):
         out["summary"] = {"delivered": int(m[1]), "seconds": float(m[2]), "batches": int(m[3])}
     if m := _LANES.search(log_text):
@@ -106,7 +112,7 @@ def peer_output(log_path: Path) -> dict[str, Any]:
     """The peer's own timings of its phases (bench/peer.py --stats), when it wrote them."""
     path = log_path.with_suffix(".json")
     if not path.exists():
-        return {}
+        return {"log": in_repo(log_path)}
     stats = json.loads(path.read_text())
-    return {"phases_s": {k: round(v, 2) for k, v in stats["seconds"].items()},
-            "batches": stats["batches"]}
+    return {"log": in_repo(log_path), "batches": stats["batches"],
+            "phases_s": {k: round(v, 2) for k, v in stats["seconds"].items()}}

@@ -14,7 +14,7 @@ from typing import Any
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 1024 / 1024
-JVM, DRIVER, WORKERS = "driver JVM", "relay's Python", "Python workers and others"
+JVM, DRIVER = "driver JVM", "relay's Python"
 
 
 @dataclass(frozen=True)
@@ -25,12 +25,17 @@ class Proc:
 
 
 def kind_of(argv: list[str]) -> str:
-    """Which of the relay's processes a command line is."""
+    """Which of the relay's processes a command line is: the driver JVM, the relay's
+    Python, or a Python worker by its module (`python -m pyspark.daemon
+    pyspark.sql.worker.plan_data_source_read` is the latter's worker)."""
     if argv and Path(argv[0]).name == "java":
         return JVM
     if any(a.endswith("jobs/relay.py") for a in argv):
         return DRIVER
-    return WORKERS
+    if "-m" in argv[:-1]:
+        modules = [a for a in argv[argv.index("-m") + 1:] if not a.startswith("-")]
+        return f"Python {modules[-1]}"
+    return Path(argv[0]).name if argv else "?"
 
 
 def _read(path: Path) -> str | None:

@@ -18,8 +18,8 @@ from typing import Any
 
 import psycopg2
 import psycopg2.extensions
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 import outbox_relay.stack
 from bench.probes.quiet import settle
@@ -106,19 +106,26 @@ class Stack:
         return AdminClient({"bootstrap.servers": self.bootstrap})
 
     def create_topics(self, topics: Sequence[str], partitions: int) -> None:
-        """Created, and in the broker's metadata, before any contender starts."""
+        """Created, and every partition answering for its offsets (a new partition's
+        leader takes a moment after the metadata names it), before any contender starts."""
         admin = self.admin()  # held until the futures resolve: its end cancels them
         for i in range(0, len(topics), 200):
             new = [NewTopic(t, partitions, 1) for t in topics[i:i + 200]]
             for future in admin.create_topics(new, operation_timeout=60).values():
                 future.result()
-        wanted, deadline = set(topics), time.monotonic() + 60
-        while time.monotonic() < deadline:
-            meta = admin.list_topics(timeout=10).topics
-            if all(t in meta and meta[t].error is None and meta[t].partitions for t in wanted):
+        request = {TopicPartition(t, p): OffsetSpec.latest() for t in topics
+                   for p in range(partitions)}
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                admin.list_topics(timeout=10)  # the client's own metadata, refreshed
+                for future in admin.list_offsets(request, request_timeout=30).values():
+                    future.result()
                 return
-            time.sleep(0.2)
-        raise RuntimeError("created topics did not show up in the broker's metadata")
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def delete_topics(self, topics: Sequence[str]) -> None:
         """A part's topics, once read back: a run writes gigabytes the stack need not keep."""

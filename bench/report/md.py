@@ -6,7 +6,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.report.targets import Results, dig, lanes, num, plan_name, rows, startup
+from bench.report.targets import (
+    Results,
+    dig,
+    kinds,
+    lanes,
+    late,
+    num,
+    plan_name,
+    rounds,
+    rows,
+    startup,
+)
 
 DRAINS = (("W1", "W1, the table with a history"), ("W1V", "W1, the table in id order"),
           ("W3", "W3, 1,000 new topics x 100"), ("DRAIN", "scheduled drain, 1,000 messages"))
@@ -96,22 +107,26 @@ def _latency(results: Results) -> list[str]:
                 lines.append(f"| {case} | {window} | {num(w['n'])} | {num(w['missing'])} | "
                              f"{num(w['p50_s'])} | {num(w['p99_s'])} | {num(w['max_s'])} | "
                              f"{num(w['cores'])} | {num(w['cpu_s_per_1k'])} |")
-        notes.append(f"- {case}: first record received {num(r.get('first_received_s'), ' s')} "
-                     f"after launch; peak memory {num(dig(r, 'memory', 'peak_gb'), ' GB')} "
-                     f"({dig(r, 'memory', 'by_kind_mb')} MB); idle "
-                     f"{num(dig(r, 'idle', 'cores'), ' cores')} {dig(r, 'idle', 'by_kind') or ''}"
-                     f"; {lanes(r)}, {num(dig(r, 'summary', 'batches'))} batches; exit code "
-                     f"{r.get('exit_code')}.")
+        windows = "; ".join(f"{w}: {late(r, w)}" for w in ("first_minute", "steady")
+                            if r.get(w))
+        idle = dig(r, "idle")
+        notes.append(f"- {case}: first record {num(r.get('first_record_s'), ' s')} after "
+                     f"launch; {windows}; peak memory {num(dig(r, 'memory', 'peak_gb'), ' GB')}"
+                     f" ({kinds(dig(r, 'memory', 'by_kind_mb'), ' MB')})"
+                     + (f"; idle {num(idle['cores'], ' cores')} ({kinds(idle['by_kind'], '')})"
+                        if idle else "")
+                     + f"; {rounds(r)}; exit code {r.get('exit_code')}.")
     return [*lines, "", *notes]
 
 
 def _first(results: Results) -> list[str]:
-    if not {"FIRST", "DRAIN"} & set(results):
+    if not {"FIRST", "DRAIN", "LAT1000"} & set(results):
         return []
     lines = ["", "## Start-up", ""]
-    for key, until, title in (("FIRST", "first_record_s", "Launch to the first record"),
-                              ("DRAIN", "exit_s", "The scheduled drain")):
-        relay = dig(results, key, "relay")
+    for path, until, title in ((("FIRST", "relay"), "first_record_s", "Launch to the first record"),
+                               (("LAT1000",), "first_record_s", "1,000 msg/s on a new topic"),
+                               (("DRAIN", "relay"), "exit_s", "The scheduled drain")):
+        relay = dig(results, *path)
         if relay:
             lines.append(f"- {title} (the relay's debug marks, seconds): "
                          f"{startup(relay, until)}.")

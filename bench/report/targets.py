@@ -37,11 +37,9 @@ def lanes(run: Any) -> str:
 
 
 def kinds(split: Any, unit: str) -> str:
-    """A figure's split over the relay's processes, largest first."""
-    if not split:
-        return "-"
-    order = sorted(split, key=lambda k: -split[k])
-    return ", ".join(f"{k} {num(split[k], unit)}" for k in order)
+    """A figure's split over the relay's processes, largest first (none of nought)."""
+    order = sorted((k for k in split or {} if split[k]), key=lambda k: -split[k])
+    return ", ".join(f"{k} {num(split[k], unit)}" for k in order) or "-"
 
 
 def startup(run: Any, until: str = "first_record_s") -> str:
@@ -113,9 +111,22 @@ class Target:
     why: Callable[[Results], str] = lambda part: ""
 
 
-def _lat_why(part: Results) -> str:
-    return (f"first record {num(part.get('first_received_s'), ' s')} after launch; "
-            f"{num(dig(part, 'summary', 'batches'))} batches; {lanes(part)}")
+def rounds(part: Results) -> str:
+    batches, seconds = dig(part, "summary", "batches"), dig(part, "summary", "seconds")
+    rate = f" ({batches / seconds:.1f} a second)" if batches and seconds else ""
+    return f"{num(batches)} batches in {num(seconds, ' s')}{rate}; {lanes(part)}"
+
+
+def late(part: Results, window: str) -> str:
+    got = dig(part, window, "late")
+    if not got:
+        return "no message late"
+    return (f"{got['n']:,} messages waited over {got['over_s']:g} s, committed "
+            f"{got['committed_from_s']:g}-{got['committed_to_s']:g} s after launch")
+
+
+def _lat_why(window: str) -> Callable[[Results], str]:
+    return lambda part: f"{late(part, window)}; {rounds(part)}"
 
 
 def _drain_pairs(name: str, part: str, bound: float) -> list[Target]:
@@ -133,9 +144,9 @@ TARGETS: list[Target] = [
            beside=lambda p: f"peer {num(dig(p, 'peer', 'first_record_s'), ' s')}",
            why=lambda p: startup(p.get("relay"))),
     Target("500 msg/s, steady state (the second minute): p50 (s)", "LAT500",
-           lambda p: dig(p, "steady", "p50_s"), 0.1, why=_lat_why),
+           lambda p: dig(p, "steady", "p50_s"), 0.1, why=_lat_why("steady")),
     Target("500 msg/s, steady state: p99 (s)", "LAT500",
-           lambda p: dig(p, "steady", "p99_s"), 0.2, why=_lat_why),
+           lambda p: dig(p, "steady", "p99_s"), 0.2, why=_lat_why("steady")),
     Target("500 msg/s, steady state: CPU of the relay's processes (cores)", "LAT500",
            lambda p: dig(p, "steady", "cores"), 0.1,
            beside=lambda p: f"{num(dig(p, 'steady', 'cpu_s'))} CPU-s a minute",
@@ -146,7 +157,8 @@ TARGETS: list[Target] = [
     Target("1,000 msg/s on a new topic from 5 s after launch: p99 over the first minute (s)",
            "LAT1000", lambda p: dig(p, "first_minute", "p99_s"), 0.5,
            beside=lambda p: f"{num(dig(p, 'first_minute', 'cpu_s'))} CPU-s",
-           why=lambda p: f"max {num(dig(p, 'first_minute', 'max_s'), ' s')}; " + _lat_why(p)),
+           why=lambda p: f"max {num(dig(p, 'first_minute', 'max_s'), ' s')}; "
+           f"{late(p, 'first_minute')}; start-up: {startup(p)}"),
     Target("idle: CPU of the relay's processes (cores)", "LAT500",
            lambda p: dig(p, "idle", "cores"), 0.02,
            why=lambda p: kinds(dig(p, "idle", "by_kind"), " cores")),

@@ -54,7 +54,7 @@ def drain(stack: Stack, work: Path, who: str, topics: list[str], rows: int, labe
         **read_back(stack, topics, seen.delivered if capped else rows),
     }
     if who == RELAY:
-        out.update(contenders.relay_output(log_path.read_text(errors="replace"), t0))
+        out.update(contenders.relay_output(log_path, t0))
     else:
         out.update(contenders.peer_output(log_path))
     return out

@@ -36,7 +36,7 @@ def _one(stack: Stack, work: Path, who: str, topic: str) -> dict[str, Any]:
            "exit_code": contenders.stop(proc), "load_before": load,
            **read_back(stack, [topic], WAITING)}
     if who == RELAY:
-        out.update(contenders.relay_output(log_path.read_text(errors="replace"), t0))
+        out.update(contenders.relay_output(log_path, t0))
     return out
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bench.contenders import relay_output
-from bench.procs import DRIVER, JVM, WORKERS, cpu_between, kind_of, rss_of, tree
+from bench.procs import DRIVER, JVM, cpu_between, kind_of, rss_of, tree
 from bench.report.md import markdown
 from bench.report.targets import plan_name, rows, startup
 from bench.run import parts_of
@@ -29,8 +29,9 @@ def _json_line(seconds_after_launch: float, message: str) -> str:
                        "level": "DEBUG", "logger": "outbox_relay.app", "message": message})
 
 
-def test_the_relay_output_gives_its_summary_lanes_and_start_up_marks() -> None:
-    log = "\n".join([
+def test_the_relay_output_gives_its_summary_lanes_and_start_up_marks(tmp_path: Path) -> None:
+    log = tmp_path / "relay.log"
+    log.write_text("\n".join([
         "26/01/15 08:00:01 WARN NativeCodeLoader: Unable to load native-hadoop library",
         _json_line(2.5, "start-up: the relay's Python runs"),
         _json_line(3.25, "start-up: the services answer"),
@@ -40,7 +41,7 @@ def test_the_relay_output_gives_its_summary_lanes_and_start_up_marks() -> None:
         _json_line(9.0, "start-up: the Spark session is ready"),
         "outbox-relay: 1000 messages delivered in 5.1 s (3 batches)",
         "outbox-relay: 700 by the driver's producer, 300 by Spark's executors",
-    ])
+    ]))
     out = relay_output(log, LAUNCH)
     assert out["summary"] == {"delivered": 1000, "seconds": 5.1, "batches": 3}
     assert out["lanes"] == {"direct": 700, "spark": 300}
@@ -48,8 +49,9 @@ def test_the_relay_output_gives_its_summary_lanes_and_start_up_marks() -> None:
                               "session_building": 3.75, "session_ready": 9.0}
 
 
-def test_a_relay_without_debug_log_or_summary_gives_neither() -> None:
-    assert relay_output("outbox-relay: failed\n", LAUNCH) == {}
+def test_a_relay_without_debug_log_or_summary_gives_neither(tmp_path: Path) -> None:
+    (tmp_path / "relay.log").write_text("outbox-relay: failed\n")
+    assert relay_output(tmp_path / "relay.log", LAUNCH) == {"log": "relay.log"}
 
 
 def test_the_start_up_breakdown_is_each_step_after_the_one_before() -> None:
@@ -78,8 +80,12 @@ def test_a_latency_window_holds_the_messages_committed_within_it() -> None:
     t0 = 100.0
     sent = {0: 104.0, 1: 105.5, 2: 106.0, 3: 170.0}
     received = {0: 104.5, 1: 105.7, 3: 170.1}
-    got = window(sent, received, t0, (5.0, 65.0))
-    assert got == {"n": 2, "missing": 1, "p50_s": 0.2, "p99_s": 0.2, "max_s": 0.2}
+    got = window(sent, received, t0, (5.0, 65.0), 0.5)
+    assert got == {"n": 2, "missing": 1, "p50_s": 0.2, "p99_s": 0.2, "max_s": 0.2,
+                   "late": {"over_s": 0.5, "n": 1, "committed_from_s": 6.0,
+                            "committed_to_s": 6.0}}  # the missing one waited for ever
+    received[2] = 106.1
+    assert window(sent, received, t0, (5.0, 65.0), 0.5)["late"] is None
     lat = cases(60.0, 30.0)
     assert lat["LAT1000"].windows == {"first_minute": (5.0, 65.0)}
     assert lat["LAT500"].windows["steady"] == (65.0, 125.0) and lat["LAT500"].until_s == 125.0
@@ -97,17 +103,20 @@ def test_the_relay_processes_are_the_tree_under_spark_submit_by_kind(tmp_path: P
     _proc(tmp_path, 1, 0, 0, 1, "init")
     _proc(tmp_path, 10, 1, 500, 1000, "/usr/bin/java", "org.apache.spark.deploy.SparkSubmit")
     _proc(tmp_path, 20, 10, 200, 500, "python", "jobs/relay.py", "--config", "conf/local.toml")
-    _proc(tmp_path, 30, 10, 100, 100, "python", "-m", "pyspark.daemon")
+    _proc(tmp_path, 30, 10, 100, 100, "python", "-m", "pyspark.daemon", "pyspark.worker")
     _proc(tmp_path, 40, 1, 900, 900, "python", "-m", "pytest")  # not the relay's
     procs = tree(10, tmp_path)
     assert sorted(procs) == [10, 20, 30]
-    assert [procs[p].kind for p in (10, 20, 30)] == [JVM, DRIVER, WORKERS]
+    worker = "Python pyspark.worker"
+    assert [procs[p].kind for p in (10, 20, 30)] == [JVM, DRIVER, worker]
     assert kind_of(["/opt/jdk/bin/java", "-cp", "x"]) == JVM
+    assert kind_of(["python", "-m", "pyspark.sql.streaming.python_streaming_source_runner"]) \
+        == "Python pyspark.sql.streaming.python_streaming_source_runner"
     later = {pid: p.__class__(p.kind, p.cpu_s + 1.0, p.rss_mb) for pid, p in procs.items()}
-    later[50] = procs[30].__class__(WORKERS, 2.0, 1.0)  # a worker started meanwhile
+    later[50] = procs[30].__class__(worker, 2.0, 1.0)  # a worker started meanwhile
     used = cpu_between(procs, later, 10.0)
-    assert used == {"cores": 0.5, "by_kind": {DRIVER: 0.1, JVM: 0.1, WORKERS: 0.3}}
-    assert set(rss_of(procs)) == {JVM, DRIVER, WORKERS}
+    assert used == {"cores": 0.5, "by_kind": {DRIVER: 0.1, JVM: 0.1, worker: 0.3}}
+    assert set(rss_of(procs)) == {JVM, DRIVER, worker}
 
 
 def _results() -> dict[str, Any]:
