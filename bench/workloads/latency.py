@@ -136,7 +136,8 @@ def _run(stack: Stack, work: Path, name: str, case: Case, topic: str) -> dict[st
     rss = PeakRss(proc.pid).start()
     readings: dict[float, dict[int, Proc]] = {}
     edges = sorted({edge for span in case.windows.values() for edge in span})
-    sampler = threading.Thread(target=_read_at, args=(proc.pid, edges, t0, readings))
+    sampler = threading.Thread(target=_read_at, args=(proc.pid, edges, t0, readings),
+                               daemon=True)
     sampler.start()
     try:
         _writer(stack, topic, case, t0, sent)
