@@ -74,16 +74,8 @@ def run_with_query(spark: SparkSession, config: Config, processor: BatchProcesso
         try:
             processor.run_rounds("start-up round", 0)
             processor.when_backlogged(None)
-            if not processor.stats.batches and not stop.requested:
-                # Nothing to send yet: the data plane warms up before the first message
-                # comes (beside a first round with work, the two only took turns on the
-                # cores).
-                warm = warm_up_in_background(processor.warm_up, lambda: stop.requested)
-                if not available_now and not starter.begun:
-                    poll = config.relay.poll_interval_s
-                    rounds_until_first_body(
-                        lambda: processor.run_rounds("start-up round", poll),
-                        starter, stop, warm)
+            if not stop.requested:
+                _until_the_first_body(processor, starter, stop, config, available_now)
         except BaseException as exc:
             # Its first batch body may be waiting for its turn already: it must not run.
             stop.abort(f"the relay's start failed: {first_line(exc)}")
@@ -141,3 +133,26 @@ def run_with_query(spark: SparkSession, config: Config, processor: BatchProcesso
             log.error("the run failed: %s", first_line(exc))
             failed = True
     return failed
+
+
+def _until_the_first_body(processor: BatchProcessor, starter: QueryStart, stop: StopSignal,
+                          config: Config, available_now: bool) -> None:
+    """After the start-up round: the data plane's warm-up, and the rounds of a continuous
+    relay until the query's first body takes over (rounds_until_first_body).
+
+    The warm-up runs when the start-up round sent nothing (beside a first round with
+    work, the two only took turns on the cores), or beside the direct lane's rounds,
+    unless a backlog already warms the Spark lane. Without the direct lane, only a relay
+    that started idle runs rounds before the first body: they wait for the warm-up."""
+    direct = config.relay.direct_lane and not available_now
+    idle = not processor.stats.batches
+    if not (idle or direct):
+        return
+    warm = None if starter.begun else warm_up_in_background(processor.warm_up,
+                                                              lambda: stop.requested)
+    if available_now or (starter.begun and not direct):
+        return
+    poll = config.relay.poll_interval_s
+    rounds_until_first_body(lambda: processor.run_rounds("start-up round", poll),
+                            starter, stop, None if direct else warm)
+
