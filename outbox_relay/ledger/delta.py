@@ -23,7 +23,7 @@ from outbox_relay.control.db import Database
 from outbox_relay.data.read import jdbc_options
 from outbox_relay.errors import DatabaseUnavailableError, RelayError
 from outbox_relay.ledger import staging
-from outbox_relay.ledger.delta_read import is_local, on_databricks_mount
+from outbox_relay.ledger.delta_read import delta_rs_writes
 from outbox_relay.ledger.delta_rs import DeltaRsCannotWrite, DeltaRsWriter
 from outbox_relay.ledger.lookup import LedgerRecord, lookup
 from outbox_relay.ledger.pause import pause, release
@@ -56,11 +56,9 @@ class Ledger:
         # the copy in flight, if any, has ended.
         self._state = threading.Lock()
         self._paused = self._copying = self._resume_due = False
-        writer = config.ledger.writer
-        self._auto = writer == "auto"
+        self._auto = config.ledger.writer == "auto"
         self._rs: DeltaRsWriter | None = None
-        if writer == "delta-rs" or (self._auto and is_local(self.path)
-                                    and not on_databricks_mount(self.path)):
+        if delta_rs_writes(config.ledger.writer, self.path):
             self._rs = DeltaRsWriter(self.path, db, lambda: self.origin)
 
     @property
