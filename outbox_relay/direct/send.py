@@ -68,6 +68,15 @@ def describe(err: KafkaError) -> str:
     return f"{err.str()} ({err.name()})"
 
 
+@dataclass(frozen=True)
+class Pending:
+    """A write whose records are produced and whose reports are still coming."""
+
+    producer: Producer
+    ids: list[int]
+    sent: Sent
+
+
 class Sender:
     """One producer for a lane's direct writes; a new one after a fatal error."""
 
@@ -91,6 +100,11 @@ class Sender:
     def send(self, records: Sequence[Record], timeout_s: float) -> Sent:
         """Produces `records` in order and waits for every report, at most `timeout_s`;
         what is left then is purged and counts as unknown (or refused, if never sent)."""
+        return self.wait(self.start(records), timeout_s)
+
+    def start(self, records: Sequence[Record]) -> Pending:
+        """Produces `records` in order; the reports come while the caller does other work
+        (reads the next write), and `wait` collects them."""
         sent = Sent()
         producer = self._get()
         stopped: set[str] = set()  # topics whose write ended at a record refused at once
@@ -100,12 +114,16 @@ class Sender:
                 continue
             if not self._produce(producer, r, sent):
                 stopped.add(r.topic)
-        self._wait(producer, time.monotonic() + timeout_s, sent)
-        for r in records:  # no report at all (the producer died): it may be in Kafka
-            if (r.id not in sent.acknowledged and r.id not in sent.refused
-                    and r.id not in sent.unknown):
-                sent.unknown[r.id] = sent.fatal or "no delivery report"
-        if sent.fatal is not None:
+        return Pending(producer, [r.id for r in records], sent)
+
+    def wait(self, pending: Pending, timeout_s: float) -> Sent:
+        """Every report of a started write, waited for at most `timeout_s`."""
+        sent = pending.sent
+        self._wait(pending.producer, time.monotonic() + timeout_s, sent)
+        for i in pending.ids:  # no report at all (the producer died): it may be in Kafka
+            if i not in sent.acknowledged and i not in sent.refused and i not in sent.unknown:
+                sent.unknown[i] = sent.fatal or "no delivery report"
+        if sent.fatal is not None and self._producer is pending.producer:
             log.warning("the direct lane's producer stopped (%s): a new one takes the next "
                         "write", sent.fatal)
             self._producer = None

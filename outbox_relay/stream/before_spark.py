@@ -32,6 +32,23 @@ def rounds_before_spark(processor: BatchProcessor, source: SparkSource, stop: St
     start any more (`drained`)."""
     if not available_now:
         source.begin()
+
+    def backlog() -> None:
+        # A claim cut at the direct lane's limit: the session is built beside that
+        # round's writes, not after them.
+        if not source.begun:
+            log.info("a backlog: Spark's executors take it once the session is up")
+        source.begin()
+
+    processor.when_backlogged(backlog)
+    try:
+        return _slices(processor, source, stop, available_now=available_now, drained=drained)
+    finally:
+        processor.when_backlogged(None)
+
+
+def _slices(processor: BatchProcessor, source: SparkSource, stop: StopSignal, *,
+            available_now: bool, drained: Callable[[], bool]) -> bool:
     while not stop.requested:
         batches = processor.stats.batches
         processor.run_rounds("direct round", SLICE_S)
@@ -40,14 +57,11 @@ def rounds_before_spark(processor: BatchProcessor, source: SparkSource, stop: St
             raise processor.failure
         if stop.requested:
             break
-        if available_now and not source.begun:
-            if processor.backlogged:
-                log.info("a backlog: Spark's executors take it once the session is up")
-                source.begin()
-            elif processor.stats.batches == batches:  # a round found nothing to do
-                if drained():
-                    return True
-                source.begin()
+        if available_now and not source.begun and processor.stats.batches == batches:
+            # A round found nothing to do (a backlog began the session already).
+            if drained():
+                return True
+            source.begin()
         if source.ready:
             return False
     return True

@@ -1,12 +1,13 @@
-"""Sends a batch's sessions by one of the two lanes of the data plane, and keeps what
-the heartbeat reports about lost locks for both.
+"""Sends a batch's sessions by the two lanes of the data plane, and keeps what the
+heartbeat reports about lost locks for both.
 
-A batch small enough for the driver (DirectSettings.takes) and without a transformed
-topic goes through the driver's producer (outbox_relay.stream.direct_lane); anything else,
-and everything while the direct lane is off, through a Spark job on the executors
-(outbox_relay.stream.spark_lane). Both write the same records and keep the same
-invariants; what happens around the write (lock, claim, delete, ledger) is the round's.
-Until Spark is up (`attach_spark`), only the direct lane writes.
+A topic's claim small enough for the driver (DirectSettings.fits) and not transformed
+goes through the driver's producer (outbox_relay.stream.direct_lane), many topics to a
+write; any other, and every one while the direct lane is off, through one Spark job on
+the executors (outbox_relay.stream.spark_lane). Both write the same records and keep the
+same invariants; what happens around the write (lock, claim, delete, ledger) is the
+round's. Until Spark is up (`attach_spark`), only the direct lane writes, and each claim
+is capped at what it takes.
 """
 
 from __future__ import annotations
@@ -62,15 +63,13 @@ class Delivery:
         with self._guard:
             self._lost.clear()
 
-    def claim_limits(self, topics: int, rows: int, size: int) -> tuple[int, int]:
+    def claim_limits(self, rows: int, size: int) -> tuple[int, int]:
         """A claim's per-topic row and byte limits: the profile's `rows` and `size`, or,
-        while only the driver sends (no Spark yet), the direct lane's, shared by the
-        round's `topics`: what it claims, it sends."""
+        while only the driver sends (no Spark yet), at most what the direct lane takes."""
         if self._spark is not None or self._direct is None:
             return rows, size
-        settings, n = self._direct.settings, max(1, topics)
-        return (min(rows, max(1, settings.max_rows // n)),
-                min(size, max(1024, settings.max_bytes // n)))
+        settings = self._direct.settings
+        return min(rows, settings.max_rows), min(size, settings.max_bytes)
 
     def sendable(self, topic: str) -> bool:
         """Whether a lane can send `topic` now: a transformed topic's records are made on
@@ -78,27 +77,30 @@ class Delivery:
         return self._spark is not None or (self._direct is not None
                                            and not self._transformed(topic))
 
-    def direct_takes(self, sessions: list[Claim]) -> bool:
-        """Whether the driver's producer sends a batch of `sessions`."""
+    def lanes(self, sessions: list[Claim]) -> tuple[list[Claim], list[Claim]]:
+        """`sessions` split into the driver's producer's and Spark's."""
         direct = self._direct
-        if direct is None or any(self._transformed(c.topic) for c in sessions):
-            return False
-        return self._spark is None or direct.settings.takes(sessions)
+        if direct is None:
+            return [], list(sessions)
+        driver = [not self._transformed(c.topic)
+                  and (self._spark is None or direct.settings.fits(c)) for c in sessions]
+        return ([c for c, d in zip(sessions, driver, strict=True) if d],
+                [c for c, d in zip(sessions, driver, strict=True) if not d])
 
     def deliver(self, batch_id: int, sessions: list[Claim]) -> Outcome:
-        """One write for every session, then the search for what failed. Topics whose lock
-        is lost are dropped: not sent again, not isolated, neither acknowledged nor errored
-        (the new owner has them)."""
+        """The driver's writes, then Spark's, then the search for what failed. Topics
+        whose lock is lost are dropped: not sent again, not isolated, neither
+        acknowledged nor errored (the new owner has them)."""
         try:
-            if self.direct_takes(sessions):
+            direct, spark = self.lanes(sessions)
+            outcome = Outcome()
+            if direct:
                 assert self._direct is not None
-                outcome = self._direct.deliver(batch_id, sessions)
-                outcome.lane = "direct"
-            elif self._spark is not None:
-                outcome = self._spark.deliver(batch_id, sessions)
-                outcome.lane = "spark"
-            else:
-                raise RuntimeError("a batch the direct lane cannot take before Spark is up")
+                _merge(outcome, self._direct.deliver(batch_id, direct))
+            if spark:
+                if self._spark is None:
+                    raise RuntimeError("a claim the direct lane cannot take before Spark is up")
+                _merge(outcome, self._spark.deliver(batch_id, spark))
             lost = self.lost_now()
             outcome.acknowledged = [c for c in outcome.acknowledged if c.topic not in lost]
             outcome.errors = {t: r for t, r in outcome.errors.items() if t not in lost}
@@ -127,3 +129,11 @@ class Delivery:
     def close(self) -> None:
         if self._direct is not None:
             self._direct.close()
+
+
+def _merge(into: Outcome, part: Outcome) -> None:
+    into.acknowledged += part.acknowledged
+    into.errors.update(part.errors)
+    into.parked.update(part.parked)
+    into.lanes.update(part.lanes)
+

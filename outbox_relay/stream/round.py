@@ -71,7 +71,7 @@ class Round:
         self._topics = topics
         self.metrics = metrics
         self._written_at = time.monotonic()  # when the last write of a round ended
-        self._lane = ""  # which lane wrote the last round's batch
+        self._lanes: dict[str, str] = {}  # which lane wrote each topic of the last round
         # The topics of the last round whose claims stopped at their limit.
         self.backlogged: frozenset[str] = frozenset()
         # Called as soon as a claim stops at its limit, before the write (the runner
@@ -187,8 +187,8 @@ class Round:
         errors: dict[str, str],
     ) -> list[Claim]:
         settings = self._settings
-        limit, batch_bytes = self._delivery.claim_limits(
-            len(limits), settings.batch_size, settings.max_batch_bytes)
+        limit, batch_bytes = self._delivery.claim_limits(settings.batch_size,
+                                                         settings.max_batch_bytes)
         with self.metrics.phase("claim"):
             batch = self._claims.claim(limits, limit, batch_bytes)
         if self.on_backlog is not None and any(c.more for c in batch.claims):
@@ -206,7 +206,7 @@ class Round:
         with self.metrics.phase("write"):
             outcome = self._delivery.deliver(batch.batch_id, sessions)
         self._written_at = time.monotonic()
-        self._lane = outcome.lane
+        self._lanes = outcome.lanes
         errors.update(outcome.errors)
         for topic, n in outcome.parked.items():
             self._count(topic, Outcome.PARKED, n)
@@ -226,7 +226,7 @@ class Round:
         for c in acknowledged:
             if c.topic in done.owned:
                 self._count(c.topic, Outcome.PUBLISHED, c.rows)
-                self.stats.add_lane(self._lane, c.rows)
+                self.stats.add_lane(self._lanes.get(c.topic, ""), c.rows)
         for topic, n in done.compacted.items():
             self._count(topic, Outcome.COMPACTED, n)
         self.backlogged = frozenset(c.topic for c in acknowledged

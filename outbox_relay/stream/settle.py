@@ -31,7 +31,8 @@ class Outcome:
     acknowledged: list[Claim] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     parked: Counter[str] = field(default_factory=Counter)
-    lane: str = ""  # which lane wrote: "direct" or "spark"
+    # Which lane wrote each acknowledged topic: "direct" or "spark".
+    lanes: dict[str, str] = field(default_factory=dict)
 
 
 def outage(admin: KafkaAdmin, reason: str) -> str | None:

@@ -98,7 +98,7 @@ class SparkLane:
         self._sessions, self._isolating = list(sessions), {}
         failure = self._try(topics)
         if failure is None:
-            return Outcome(acknowledged=list(sessions))
+            return Outcome(acknowledged=list(sessions), lanes=dict.fromkeys(topics, "spark"))
         log.warning("write of batch %d failed: %s", batch_id, failure)
         if read_failed(failure):
             # While PostgreSQL is down, the writes of a bisection would only fail again,
@@ -119,6 +119,7 @@ class SparkLane:
         acknowledged = set(found.acknowledged)
         outcome = Outcome(acknowledged=[c for c in sessions if c.topic in acknowledged],
                           errors=dict(found.unavailable))
+        outcome.lanes.update((c.topic, "spark") for c in sessions)
         for claim in sessions:
             if claim.topic in found.failing:
                 ids = self._settlement.sent_ids(claim)
