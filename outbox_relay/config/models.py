@@ -201,10 +201,10 @@ class RelaySettings(StrictModel):
     # one lane's claim and delete run under the other's write (W1 drained 1M rows in
     # 48.6 s instead of 58-68 s on one machine, docs/performance.md).
     drain_lanes: int = Field(2, ge=1, le=MAX_DRAIN_LANES)
-    # A round whose claims hold at most these rows and bytes, and no transformed topic, is
-    # sent by a Kafka producer in the driver (outbox_relay.direct): a Spark job costs about
-    # the same for one row as for ten thousand. Larger rounds, and every round while this is
-    # false, are Spark jobs on the executors. docs/performance.md has the measured line.
+    # A topic's claim of at most these rows and bytes, if the topic has no transform, is
+    # sent by a Kafka producer in the driver (outbox_relay.direct), in writes of at most
+    # as much: a Spark job costs about the same for one row as for ten thousand. Larger
+    # claims, and every claim while this is false, are Spark jobs on the executors.
     direct_lane: bool = True
     direct_max_rows: int = Field(5_000, ge=1)
     direct_max_bytes: int = Field(8 * 1024 * 1024, ge=1024)
