@@ -59,10 +59,11 @@ faults-report: setup
 	$(PY) -m pytest tests/faults tests/cluster -m "faults or cluster" $(FAULTS_ARGS)
 	$(PY) -m tests.faults.report publish
 
-# The benchmark on the shipped profile (conf/local.toml): by default W1, the latency of a
-# new topic (first minute and steady state), CPU, the first message, W3 and W5 in under
-# 20 minutes, on the stack `make demo` uses (reports/bench-default.{json,md}).
-# BENCH_ARGS=--full for the full suite (soak, W4, ...: reports/bench.{json,md} and plots).
+# The benchmark on the shipped profile (conf/local.toml), against the peer, in about 20
+# minutes on the stack `make demo` uses: W1 on two states of the table, the latency, CPU
+# and memory at 1,000 and 500 msg/s on a new topic, idle CPU, launch to the first record,
+# a scheduled drain and W3 (reports/bench-default.{json,md}, docs/performance.md).
+# BENCH_ARGS="--only W1,LAT" runs some parts; BENCH_ARGS=--quick checks the bench itself.
 bench: setup
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
 	$(PY) -m bench run $(BENCH_ARGS)

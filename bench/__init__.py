@@ -1,13 +1,14 @@
-"""The benchmark of issue 4: the relay against a Deimos-faithful peer and the machine's limits.
+"""The benchmark of the relay against a Deimos-faithful peer (``make bench``,
+docs/performance.md).
 
-Run it with ``python -m bench run [--quick]`` (or ``make bench``). Everything runs on a
-local stack of its own; results go to ``reports/bench.json``, ``reports/bench.md`` and
-PNG plots next to them. Nothing in here is used by the product, and nothing in here
-changes it: the relay is measured as committed.
+``python -m bench run`` is the default run (bench/run.py): the shipped profile under a
+user's conditions, on the local stack of ``make demo``, reported into
+reports/bench-default.{json,md}. Nothing in here is used by the product, and nothing in
+here changes it: the relay is measured as committed.
 
-Layout: the shared core at the top (env, backlog, common, context, the relay's and the
-peer's processes, repeat, plan); ``workloads/`` (one module per workload, suite.py names
-them); ``probes/`` (what measures beside the contenders); ``report/`` (figures, targets,
-pages, plots). No module imports itself back through others
-(tests/unit/test_bench_layout.py checks the graph, imports inside functions too).
+Layout: the shared core at the top (the stack, the contenders and how they are
+launched, the independent oracle, the relay's processes, the run); ``workloads/`` (the
+backlogs, drains, latency and first-record runs); ``report/`` (targets and page);
+``probes/`` (the quiet-machine gate, CPU counters, and probes run by hand). No module
+imports itself back through others (tests/unit/test_bench_layout.py checks the graph).
 """

@@ -15,9 +15,8 @@ What Deimos v2 (``Deimos::Utils::DbProducer``) does, on one thread:
 Each row is sent as Deimos sends it: its key, its user headers, and, when it has a
 ``partition_key``, to the partition that key picks (crc32, as Deimos's producer does).
 
-Every statement autocommits, as ActiveRecord does outside a transaction. The
-``--delete batch`` variant deletes a batch's ids in one statement instead, to show
-how much of the gap comes from that alone. Bench only; never used by the product.
+Every statement autocommits, as ActiveRecord does outside a transaction. Bench only;
+never used by the product.
 
 Run as its own process: ``python -m bench.peer --url ... --bootstrap ... [--drain]``.
 """
@@ -60,7 +59,6 @@ SELECT id, topic, message, key, partition_key, headers FROM kafka_messages
 WHERE topic = %s ORDER BY id LIMIT %s
 """
 DELETE = "DELETE FROM kafka_messages WHERE topic = %s AND id IN %s"
-DELETE_ARRAY = "DELETE FROM kafka_messages WHERE topic = %s AND id = ANY(%s)"
 HEARTBEAT = "UPDATE kafka_topic_info SET locked_at = %s WHERE topic = %s AND locked_by = %s"
 CLEAR_LOCK = """
 UPDATE kafka_topic_info
@@ -95,7 +93,7 @@ class PeerStats:
 
 
 class DbProducer:
-    def __init__(self, url: str, bootstrap: str, delete_mode: str = "groups") -> None:
+    def __init__(self, url: str, bootstrap: str) -> None:
         self.id = str(uuid.uuid4())
         self.conn: psycopg2.extensions.connection = psycopg2.connect(url)
         self.conn.autocommit = True
@@ -112,7 +110,6 @@ class DbProducer:
                 "linger.ms": 5,
             }
         )
-        self.delete_mode = delete_mode
         self._partitions: dict[str, int] = {}
         self.stats = PeerStats()
         self.stopping = False
@@ -224,9 +221,6 @@ class DbProducer:
 
     def delete(self, topic: str, ids: list[int]) -> None:
         with self.conn.cursor() as cur:
-            if self.delete_mode == "batch":
-                cur.execute(DELETE_ARRAY, (topic, ids))
-                return
             for i in range(0, len(ids), DELETE_BATCH_SIZE):
                 cur.execute(DELETE, (topic, tuple(ids[i : i + DELETE_BATCH_SIZE])))
 
@@ -246,11 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.peer")
     p.add_argument("--url", required=True)
     p.add_argument("--bootstrap", required=True)
-    p.add_argument("--delete", choices=("groups", "batch"), default="groups")
     p.add_argument("--drain", action="store_true", help="exit once a pass finds no topics")
     p.add_argument("--stats", help="write the phase timings here as JSON")
     args = p.parse_args(argv)
-    peer = DbProducer(args.url, args.bootstrap, args.delete)
+    peer = DbProducer(args.url, args.bootstrap)
 
     def on_term(signum: int, frame: Any) -> None:
         peer.stopping = True

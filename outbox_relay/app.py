@@ -6,8 +6,9 @@ import argparse
 import logging
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -83,8 +84,20 @@ def check_transforms(config: Config) -> None:
                 raise ConfigError(f"relay.topic_rules.{i}.transform: {exc}") from None
 
 
-def resubmit_with_jars_if_needed(config: Config, stop: StopSignal,
-                                 available_now: bool) -> int | None:
+def _take_stop_signals(stop: StopSignal) -> None:
+    """TERM and INT to spark-submit's JVM stop the relay from now on (before, its own
+    handler ended spark-submit with 143); a launcher of this driver may pass a stop on."""
+    try:
+        forward_submitting_jvm_signals(stop)
+    except Exception as exc:  # the relay still stops on its own Python's signals
+        log.warning("cannot take spark-submit's stop signals: %s", exc)
+    announce_ready()
+    log.debug("start-up: stop signals are taken")
+
+
+def resubmit_with_jars_if_needed(config: Config, stop: StopSignal, available_now: bool,
+                                 before_launch: Callable[[], None] = lambda: None,
+                                 ) -> int | None:
     """Under a spark-submit whose driver JVM lacks the relay's jars (first use, before
     `outbox-relay jars --install`): install them for the next start when this Spark is
     the venv's own, and run this once more as a spark-submit that has them. Returns that
@@ -107,6 +120,7 @@ def resubmit_with_jars_if_needed(config: Config, stop: StopSignal,
                 "them (%s)", hint)
     from outbox_relay.launch.launcher import Launcher, resubmit_argv
 
+    before_launch()  # the stop signals taken first: the launcher's own replace them
     with tempfile.TemporaryDirectory(prefix="outbox-relay-") as tmp:
         argv = resubmit_argv(conf.getAll(), jars, Path(tmp) / "spark.properties")
         stopped = ExitCode.INTERRUPTED if available_now else ExitCode.OK
@@ -121,6 +135,9 @@ def print_summary(result: RunResult) -> None:
         f"outbox-relay: {sum(stats.published.values())} messages delivered "
         f"in {result.seconds:.1f} s ({stats.batches} batches)"
     )
+    if stats.lanes:
+        print(f"outbox-relay: {stats.lanes['direct']} by the driver's producer, "
+              f"{stats.lanes['spark']} by Spark's executors")
     for topic in topics:
         line = f"  {topic}: {stats.published[topic]} delivered"
         if stats.compacted[topic]:
@@ -173,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.time_budget_s is not None and not args.available_now:
         parser().error("--time-budget-s bounds a drain: it needs --available-now")
     configure_logging(args.log_level, args.log_format)
+    log.debug("start-up: the relay's Python runs")
     stop = StopSignal()
     stop.install()
     # What a stop before the first round ends the run with: nothing was drained.
@@ -180,13 +198,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         require_spark_extra()  # first: [spark] brings [relay] too
         require_relay_extra()
-        forward_submitting_jvm_signals(stop)
-        announce_ready()
-        log.debug("start-up: stop signals are taken")
+        # Beside the start-up: its callback server takes most of a second that the first
+        # round need not wait for (a launcher first waits for it, see announce_ready).
+        signals = threading.Thread(target=_take_stop_signals, args=(stop,),
+                                   name="relay-stop-signals", daemon=True)
+        signals.start()
         from outbox_relay.config.load import load_config
 
         config = _with_time_budget(load_config(args.config), args.time_budget_s)
-        relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now)
+        relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now,
+                                                  before_launch=signals.join)
         if relaunched is not None:
             return relaunched
         if stop.requested:
@@ -196,21 +217,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress = _progress_stream(args)
         if progress is not None:
             config = _without_spark_progress_bar(config)
+        from outbox_relay.launch.session import SparkSource
         from outbox_relay.launch.spark import build_session
         from outbox_relay.stream.runner import run
         from outbox_relay.wiring import build_relay
 
-        session = build_session(config)
-        log.debug("start-up: the Spark session is ready")
-        relay = build_relay(config, session)
+        # The session is built beside the first rounds, which the driver's producer sends
+        # (outbox_relay.launch.session): in a thread of its own, pyspark leaves our SIGINT
+        # handler in place.
+        relay = build_relay(config, None)
         log.debug("start-up: the relay is wired")
-        # pyspark's SparkContext replaced our SIGINT handler with one that cancels every
-        # job and raises KeyboardInterrupt: a SIGINT must stop gracefully, like SIGTERM.
-        stop.install()
         try:
             if stop.requested:
                 return stopped
-            result = run(relay, args.available_now, stop, progress, started=launched)
+            source = SparkSource(lambda: build_session(config))
+            result = run(relay, args.available_now, stop, progress, source, started=launched)
         finally:
             relay.close()
     except KeyboardInterrupt:

@@ -20,12 +20,19 @@ from outbox_relay.control.liveness import Liveness
 from outbox_relay.control.locks import Backoff, TopicLocks
 from outbox_relay.control.parking import Parking
 from outbox_relay.data.plan import RecordPlan
+from outbox_relay.direct.producer import producer_config
+from outbox_relay.direct.send import Sender
 from outbox_relay.ledger.delta import Ledger
 from outbox_relay.observe.runtime import RuntimeMetrics
+from outbox_relay.rules.cloudevent_topics import default_types
+from outbox_relay.rules.topic_rules import rule_for
 from outbox_relay.stream.batch import BatchProcessor, BatchSettings
 from outbox_relay.stream.delivery import Delivery
+from outbox_relay.stream.direct_lane import DirectLane, DirectSettings
 from outbox_relay.stream.lanes import DrainLane
 from outbox_relay.stream.round import Round, RoundSettings
+from outbox_relay.stream.settle import Settlement
+from outbox_relay.stream.spark_lane import SparkLane
 from outbox_relay.stream.stats import RelayStats
 from outbox_relay.stream.stop import StopSignal
 from outbox_relay.stream.topic_check import TopicCheck, TopicCheckSettings
@@ -39,7 +46,9 @@ def fencing_token(source_name: str) -> str:
 @dataclass
 class Relay:
     config: Config
-    spark: SparkSession
+    # None until the run's session is up (outbox_relay.launch.session, attach_spark): the
+    # direct lane delivers meanwhile.
+    spark: SparkSession | None
     token: str
     db: Database
     locks: TopicLocks
@@ -53,6 +62,14 @@ class Relay:
     drains: list[Relay] = field(default_factory=list)
     # The process's proof of life for its tokens' locks (issue 52); the main lane's only.
     liveness: Liveness | None = None
+
+    def attach_spark(self, spark: SparkSession) -> None:
+        """The run's session is up: Spark writes from now on, and copies the ledger
+        where delta-rs does not."""
+        self.spark = spark
+        self.ledger.attach(spark)
+        for lane in self.drains:
+            lane.spark = spark
 
     def close(self) -> None:
         for db in (self.db, self.heartbeat_locks.db, self.ledger.db):
@@ -120,7 +137,7 @@ def drain_lane(main: Relay, lane: int = 0) -> Relay:
                  admin=main.admin, ledger=main.ledger, metrics=main.metrics)
 
 
-def build_relay(config: Config, spark: SparkSession,
+def build_relay(config: Config, spark: SparkSession | None,
                 registry: CollectorRegistry | None = None) -> Relay:
     """`registry` receives the runtime metrics (a new one when None); it is what the
     relay serves or pushes, so a collector registered into it is exported too."""
@@ -151,14 +168,34 @@ def build_relay(config: Config, spark: SparkSession,
     return built
 
 
+def new_delivery(relay: Relay) -> Delivery:
+    """A lane's Delivery: the driver's producer unless the profile turns it off, and
+    Spark's sink once a session exists (Delivery.attach_spark)."""
+    config = relay.config
+    rules = list(config.relay.topic_rules)
+    settlement = Settlement(relay.claims, relay.parking, rules)
+    direct = None
+    if config.relay.direct_lane:
+        direct = DirectLane(
+            Sender(producer_config(config.kafka, config.relay.partitioner)),
+            DirectSettings.of(config), db=relay.db, admin=relay.admin, settlement=settlement,
+            cloudevents=lambda topics: default_types(rules, topics),
+            lost=lambda: delivery.lost_now())
+    delivery = Delivery(relay.metrics, direct=direct,
+                        transformed=lambda topic: rule_for(rules, topic).transform is not None)
+    if relay.spark is not None:
+        delivery.attach_spark(SparkLane(
+            relay.spark, RecordPlan(relay.spark, config, relay.token), db=relay.db,
+            admin=relay.admin, kafka=config.kafka, settlement=settlement,
+            lost=delivery.lost_now))
+    return delivery
+
+
 def new_round(relay: Relay, stop: StopSignal, stats: RelayStats,
               finished: Callable[[], None]) -> Round:
     """A lane's Round, its Delivery and TopicCheck, each given the parts it uses."""
     config = relay.config
-    delivery = Delivery(relay.spark, RecordPlan(relay.spark, config, relay.token),
-                        db=relay.db, admin=relay.admin, claims=relay.claims,
-                        parking=relay.parking, metrics=relay.metrics, kafka=config.kafka,
-                        topic_rules=list(config.relay.topic_rules))
+    delivery = new_delivery(relay)
     topics = TopicCheck(relay.db, relay.admin, TopicCheckSettings.of(config))
     return Round(relay.spark, delivery, topics, locks=relay.locks,
                  heartbeat_locks=relay.heartbeat_locks, claims=relay.claims,
@@ -172,9 +209,10 @@ def batch_processor(relay: Relay, stop: StopSignal, *, bound: int | None = None,
     """The body of foreachBatch for `relay`'s lane, with its drain lanes beside it; every
     lane counts into one RelayStats."""
     shared = stats if stats is not None else RelayStats()
+    # A drain lane's rounds are backlogs: Spark's, once the session is up.
     drains = [DrainLane(batch_processor(lane, stop, bound=bound, stats=shared),
                         relay.spark, stop, relay.config.relay.poll_interval_s, relay.metrics)
-              for lane in relay.drains]
+              for lane in relay.drains if relay.spark is not None]
     return BatchProcessor(relay.db, relay.metrics, BatchSettings.of(relay.config),
                           lambda finished: new_round(relay, stop, shared, finished), stop,
                           bound=bound, continuous=continuous, stats=shared, drains=drains)

@@ -22,6 +22,8 @@ class Received:
     key: bytes | None
     value: bytes | None
     headers: dict[str, bytes] = field(default_factory=dict)
+    # The headers as the record holds them: in order, a repeated name twice.
+    header_list: list[tuple[str, bytes]] = field(default_factory=list)
 
     @property
     def outbox_id(self) -> int:
@@ -79,6 +81,7 @@ def consume(bootstrap: str, topics: Sequence[str], expect: int = 0, timeout_s: f
                 topic=msg.topic(), partition=msg.partition(), offset=msg.offset(),
                 key=msg.key(), value=msg.value(),
                 headers={k: v for k, v in (msg.headers() or [])},
+                header_list=list(msg.headers() or []),
             ))
             read_to[(msg.topic(), msg.partition())] = msg.offset() + 1
     finally:

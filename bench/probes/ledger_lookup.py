@@ -22,18 +22,15 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg2
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-import outbox_relay.stack
+from bench.stack import scratch_database
 from outbox_relay.config.load import build_config
 from outbox_relay.control.db import Database
-from outbox_relay.control.migrate import migrate
 from outbox_relay.ledger import staging
 
 STAGE = """
@@ -87,24 +84,6 @@ def build_ledger(path: str, records: int, per_copy: int, topics: int, origin: st
             print(f"  {k + 1}/{copies} copies ({time.monotonic() - t0:.0f} s)", flush=True)
 
 
-@contextmanager
-def scratch_database() -> Iterator[str]:
-    info = outbox_relay.stack.status()
-    if info is None:
-        sys.exit("no local stack: `outbox-relay stack up` first (or set RELAY_STACK_DIR)")
-    name = f"bench_lookup_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(info.postgres_url)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')  # a generated identifier
-    try:
-        yield f"{info.postgres_url.rpartition('/')[0]}/{name}"
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
-
-
 def stage(url: str, first: int, records: int, per_record: int, topics: int) -> None:
     """Records waiting for their copy: ids above those in Delta, a record per topic; and
     each topic's kafka_topic_info row, as the relay leaves one, so `status` lists it."""
@@ -153,9 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", help="build the ledger here and keep it (default: a temp dir)")
     args = p.parse_args(argv)
     n = args.records
-    with tempfile.TemporaryDirectory() as tmp, scratch_database() as url:
+    with tempfile.TemporaryDirectory() as tmp, scratch_database("lookup") as url:
         db = Database(build_config({"postgres": {"url": url}}, env={}).postgres)
-        migrate(db)
         origin = staging.origin(db)
         db.close()
         path = args.keep or str(Path(tmp) / "ledger")

@@ -2,7 +2,7 @@
 
 ``python -m bench.probes.status_speed [--rows 10000000] [--topics 10] [--repeat 5] [--keep]``
 
-Fills a scratch database of the bench's stack (RELAY_STACK_DIR picks another) with
+Fills a scratch database of the local stack (RELAY_STACK_DIR picks another) with
 `INSERT ... SELECT generate_series`, in chunks, then times `status` twice over: as the
 CLI a user runs (a new process: Python's start, the config, the connection, the queries,
 the output) and as the snapshot alone, in this process. Each is measured with the
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.env import REPO, BenchEnv, connect
+from bench.stack import REPO, connect, scratch_database
 from outbox_relay.config.load import build_config
 from outbox_relay.control.db import Database
 from outbox_relay.observe.status import take_snapshot
@@ -97,28 +97,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="also write the JSON here")
     args = p.parse_args(argv)
 
-    env = BenchEnv.start()
-    url = env.fresh_database("status")
-    work = env.run_dir("status-speed")
-    profile = work / "profile.toml"
-    ledger = str(work / "ledger")  # none yet: delta-rs answers "no table"
-    profile.write_text(f'[postgres]\nurl = "{url}"\nsslmode = "disable"\n\n'
-                       f'[ledger]\npath = "{ledger}"\n', encoding="utf-8")
-    db = Database(build_config({"postgres": {"url": url, "sslmode": "disable"}},
-                               env={}).postgres, "bench-status")
-    try:
-        result: dict[str, Any] = {"rows": args.rows, "topics": args.topics,
-                                  "fill_s": fill(url, args.rows, args.topics)}
-        for phase in ("visibility_map_empty", "after_vacuum"):
-            if phase == "after_vacuum":
-                vacuum(url)
-            result[phase] = {"cli": time_cli(profile, args.repeat),
-                             "snapshot": time_snapshot(db, ledger, args.repeat)}
-            print(f"{phase}: {result[phase]}", file=sys.stderr, flush=True)
-    finally:
-        db.close()
-        if not args.keep:
-            env.drop_database(url)
+    work = REPO / ".relay-data" / "status-speed"
+    work.mkdir(parents=True, exist_ok=True)
+    with scratch_database("status", keep=args.keep) as url:
+        profile = work / "profile.toml"
+        ledger = str(work / "ledger")  # none yet: delta-rs answers "no table"
+        profile.write_text(f'[postgres]\nurl = "{url}"\nsslmode = "disable"\n\n'
+                           f'[ledger]\npath = "{ledger}"\n', encoding="utf-8")
+        db = Database(build_config({"postgres": {"url": url, "sslmode": "disable"}},
+                                   env={}).postgres, "bench-status")
+        try:
+            result: dict[str, Any] = {"rows": args.rows, "topics": args.topics,
+                                      "fill_s": fill(url, args.rows, args.topics)}
+            for phase in ("visibility_map_empty", "after_vacuum"):
+                if phase == "after_vacuum":
+                    vacuum(url)
+                result[phase] = {"cli": time_cli(profile, args.repeat),
+                                 "snapshot": time_snapshot(db, ledger, args.repeat)}
+                print(f"{phase}: {result[phase]}", file=sys.stderr, flush=True)
+        finally:
+            db.close()
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -1,2 +1,1 @@
-"""The benchmark's report: its figures and targets (figures.py, targets.py), its pages
-(md.py and the sections it assembles) and plots (plots.py), written by files.py."""
+"""The default run's report: its targets (targets.py) and its page (md.py)."""

@@ -1,3 +1,3 @@
-"""The workloads the benchmark runs against every contender (suite.py names them as
-``python -m bench run --only`` knows them), one module each, and what they share: the
-steady load and its latency consumer (steady.py, latency.py)."""
+"""The default run's parts: the backlogs (backlog.py) and their drains (drain.py: W1, W1V,
+W3, the scheduled drain), latency on a new topic (latency.py), and launch to the first
+record (first.py)."""

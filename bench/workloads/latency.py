@@ -1,188 +1,171 @@
-"""W2's load generator and consumer: latency from a row's created_at to a consumer's receipt.
-
-The generator inserts at a fixed rate, in transactions of a fixed size, and records each
-row's (sequence number, created_at). Each payload starts with its sequence number, so
-the consumer can match records of any relay, the peer too (it sends no headers). The
-consumer runs in a process of its own, assigned to every partition from the start, and
-stamps each record on receipt.
-"""
+"""Latency on a new topic: a steady rate of messages in 10-row transactions, on a topic the
+relay never wrote to, from START_S after the relay's launch (the README's first command:
+continuous, cold). A message's latency is its arrival at an independent consumer less
+its insert's commit; a window holds the messages committed within it, in seconds after
+launch. Beside each window, the CPU of the relay's processes over it (bench/procs.py);
+over the run, their peak resident memory; and, for a case with `idle_s`, their CPU once
+every message was received."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import multiprocessing.synchronize
-import struct
+import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from bench.backlog import payload_pool
-from bench.env import connect
+import psycopg2.extras
+from confluent_kafka import Consumer, TopicPartition
 
-SEQ = struct.Struct(">q")
+from bench import contenders
+from bench.procs import PeakRss, Proc, cpu_between, tree
+from bench.stack import Stack, connect, log
 
-
-class Flag(Protocol):
-    """A stop flag: a multiprocessing or a threading Event."""
-
-    def is_set(self) -> bool: ...
+START_S, TX_ROWS, PARTITIONS = 5.0, 10, 3
+# The ledger's last copy after the last message (the shipped profile's
+# ledger.flush_interval_s, 10 s) is work, not idleness: the idle window starts after it.
+IDLE_AFTER_S = 10.0
+# Late, in each window: longer than its target's p99 bound (docs/performance.md).
+LATE_S = {"first_minute": 0.5, "steady": 0.2}
 
 
 @dataclass(frozen=True)
-class Load:
-    rate: int  # messages per second
-    tx_size: int  # messages per transaction
-    seconds: float
-    topics: tuple[str, ...]
-    keys: int
-
-
-def generate(
-    url: str, load: Load, out: Path, start_seq: int = 0, stop: Flag | None = None
-) -> int:
-    """Insert at `load.rate`; write (seq, created_at epoch) pairs to `out`; return rows."""
-    pool = payload_pool()
-    conn = connect(url, autocommit=False)
-    tx_per_s = load.rate / load.tx_size
-    started = time.monotonic()
-    seq = start_seq
-    rows: list[tuple[int, float]] = []
-    values = ",".join(["(%s, %s, %s)"] * load.tx_size)
-    statement = (
-        f"INSERT INTO kafka_messages (topic, message, key) VALUES {values} "
-        "RETURNING extract(epoch FROM created_at)::float8"
-    )
-    try:
-        with conn.cursor() as cur:
-            n_tx = int(load.seconds * tx_per_s)
-            for i in range(n_tx):
-                if stop is not None and stop.is_set():
-                    break
-                due = started + i / tx_per_s
-                wait = due - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
-                params: list[object] = []
-                batch_seqs = []
-                for _ in range(load.tx_size):
-                    topic = load.topics[seq % len(load.topics)]
-                    key = f"k{seq % load.keys}".encode()
-                    payload = SEQ.pack(seq) + pool[seq % len(pool)][SEQ.size :]
-                    params += [topic, payload, key]
-                    batch_seqs.append(seq)
-                    seq += 1
-                cur.execute(statement, params)
-                created = cur.fetchone()[0]  # one transaction: one created_at for all
-                conn.commit()
-                rows += [(s, created) for s in batch_seqs]
-    finally:
-        conn.close()
-    with open(out, "wb") as f:
-        for s, c in rows:
-            f.write(struct.pack(">qd", s, c))
-    return len(rows)
-
-
-def read_generated(path: Path) -> dict[int, float]:
-    data = path.read_bytes()
-    rec = struct.Struct(">qd")
-    return {s: c for s, c in rec.iter_unpack(data)}
-
-
-def _consume(
-    bootstrap: str,
-    topics: list[str],
-    partitions: int,
-    out: str,
-    ready: mp.synchronize.Event,
-    done: mp.synchronize.Event,
-    count: Any,
-) -> None:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-latency-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 20,
-            "fetch.min.bytes": 1,
-        }
-    )
-    consumer.assign(
-        [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in range(partitions)]
-    )
-    consumer.poll(0.5)
-    ready.set()
-    received: list[tuple[int, float]] = []
-    while not done.is_set():
-        for msg in consumer.consume(num_messages=1000, timeout=0.05):
-            now = time.time()
-            value = msg.value()
-            if msg.error() is None and value is not None:
-                received.append((SEQ.unpack_from(value)[0], now))
-        count.value = len(received)
-    consumer.close()
-    with open(out, "wb") as f:
-        for s, t in received:
-            f.write(struct.pack(">qd", s, t))
-
-
-class LatencyConsumer:
-    """A consumer process: start() before the load, stop() after; receipts() after that."""
-
-    def __init__(self, bootstrap: str, topics: list[str], partitions: int, out: Path) -> None:
-        ctx = mp.get_context("spawn")
-        self._ready = ctx.Event()
-        self._done = ctx.Event()
-        self._out = out
-        self._count = ctx.Value("q", 0)
-        self._proc = ctx.Process(
-            target=_consume,
-            args=(bootstrap, topics, partitions, str(out), self._ready, self._done, self._count),
-            daemon=True,
-        )
-
-    def start(self) -> None:
-        self._proc.start()
-        if not self._ready.wait(60):
-            raise RuntimeError("latency consumer did not start")
+class Case:
+    rate: int
+    windows: dict[str, tuple[float, float]]
+    idle_s: float = 0.0
+    # The relay's debug log on (bench/contenders.py), for the start-up's marks: where the
+    # first minute's waits come from. Off where the CPU is the figure.
+    debug: bool = False
 
     @property
-    def count(self) -> int:
-        return int(self._count.value)
-
-    def wait_for(self, n: int, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while self.count < n:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.1)
-        return True
-
-    def stop(self) -> None:
-        self._done.set()
-        self._proc.join(60)
-
-    def receipts(self) -> list[tuple[int, float]]:
-        rec = struct.Struct(">qd")
-        return list(rec.iter_unpack(self._out.read_bytes()))
+    def until_s(self) -> float:
+        return max(b for _, b in self.windows.values())
 
 
-def percentiles(values: list[float], points: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:
-    if not values:
-        return {f"p{int(p)}": float("nan") for p in points}
-    ordered = sorted(values)
-    out = {}
-    for p in points:
-        rank = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
-        out[f"p{int(p)}"] = ordered[rank]
-    out["max"] = ordered[-1]
-    out["mean"] = sum(ordered) / len(ordered)
-    return out
+def cases(minute_s: float, idle_s: float) -> dict[str, Case]:
+    """1,000 msg/s for its first minute; 500 msg/s for its first minute and the steady
+    state of the next, then idle."""
+    first = (START_S, START_S + minute_s)
+    return {"LAT1000": Case(1000, {"first_minute": first}, debug=True),
+            "LAT500": Case(500, {"first_minute": first,
+                                 "steady": (first[1], first[1] + minute_s)}, idle_s)}
 
 
-def rounded_percentiles(values: list[float]) -> dict[str, float]:
-    """percentiles() to the 0.1 ms the reports keep."""
-    return {k: round(v, 4) for k, v in percentiles(values).items()}
+def _writer(stack: Stack, topic: str, case: Case, t0: float, sent: dict[int, float]) -> None:
+    conn = connect(stack.url, autocommit=False)
+    period, n = TX_ROWS / case.rate, 0
+    try:
+        with conn.cursor() as cur:
+            time.sleep(max(0.0, t0 + START_S - time.time()))
+            due = time.time()
+            while time.time() - t0 < case.until_s:
+                rows = [(topic, f"k{n + i}".encode(), f"k{n + i}", b'{"x":1}' + b"y" * 500)
+                        for i in range(TX_ROWS)]
+                psycopg2.extras.execute_values(
+                    cur, "INSERT INTO kafka_messages (topic, key, partition_key, message) "
+                    "VALUES %s", rows)
+                conn.commit()
+                at = time.time()
+                sent.update((n + i, at) for i in range(TX_ROWS))
+                n += TX_ROWS
+                due += period
+                time.sleep(max(0.0, due - time.time()))
+    finally:
+        conn.close()
+
+
+def _receiver(stack: Stack, topic: str, received: dict[int, float],
+              stop: threading.Event) -> None:
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"lat-{topic}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    while not stop.is_set():
+        for m in consumer.consume(1000, 0.05):
+            if m.error() is None:
+                received.setdefault(int((m.key() or b"k-1")[1:]), time.time())
+    consumer.close()
+
+
+def _read_at(root: int, edges: list[float], t0: float,
+             readings: dict[float, dict[int, Proc]]) -> None:
+    for edge in edges:
+        time.sleep(max(0.0, t0 + edge - time.time()))
+        readings[edge] = tree(root)
+
+
+def percentile(ordered: list[float], p: float) -> float | None:
+    return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 3) if ordered else None
+
+
+def window(sent: dict[int, float], received: dict[int, float], t0: float,
+           span: tuple[float, float], late_s: float) -> dict[str, Any]:
+    """The latencies of the messages committed within `span` (seconds after t0), and
+    when those that waited over `late_s` (or were never received) were committed."""
+    ids = [i for i, at in sent.items() if span[0] <= at - t0 < span[1]]
+    lat = sorted(received[i] - sent[i] for i in ids if i in received)
+    late = [sent[i] - t0 for i in ids if received.get(i, float("inf")) - sent[i] > late_s]
+    return {"n": len(ids), "missing": len(ids) - len(lat), "p50_s": percentile(lat, 0.5),
+            "p99_s": percentile(lat, 0.99), "max_s": round(lat[-1], 3) if lat else None,
+            "late": {"over_s": late_s, "n": len(late), "committed_from_s": round(min(late), 1),
+                     "committed_to_s": round(max(late), 1)} if late else None}
+
+
+def latency_run(stack: Stack, work: Path, name: str, case: Case) -> dict[str, Any]:
+    topic = f"bench.{name.lower()}-{uuid.uuid4().hex[:6]}"
+    stack.create_topics([topic], PARTITIONS)
+    try:
+        result = _run(stack, work, name, case, topic)
+    finally:
+        stack.forget([topic])
+    log(f"{name}: {result}")
+    return result
+
+
+def _run(stack: Stack, work: Path, name: str, case: Case, topic: str) -> dict[str, Any]:
+    sent: dict[int, float] = {}
+    received: dict[int, float] = {}
+    stop = threading.Event()
+    reader = threading.Thread(target=_receiver, args=(stack, topic, received, stop))
+    reader.start()
+    load = stack.settled([topic])
+    log_path = work / f"{name.lower()}.log"
+    t0 = time.time()
+    proc = contenders.relay(stack, log_path=log_path, debug=case.debug)
+    rss = PeakRss(proc.pid).start()
+    readings: dict[float, dict[int, Proc]] = {}
+    edges = sorted({edge for span in case.windows.values() for edge in span})
+    sampler = threading.Thread(target=_read_at, args=(proc.pid, edges, t0, readings),
+                               daemon=True)
+    sampler.start()
+    try:
+        _writer(stack, topic, case, t0, sent)
+        sampler.join()
+        deadline = time.time() + 60
+        while len(received) < len(sent) and time.time() < deadline:
+            time.sleep(0.2)
+        idle = None
+        if case.idle_s:
+            time.sleep(IDLE_AFTER_S)
+            before = tree(proc.pid)
+            time.sleep(case.idle_s)
+            idle = cpu_between(before, tree(proc.pid), case.idle_s)
+    finally:
+        memory = rss.stop()
+        code = contenders.stop(proc)
+        stop.set()
+        reader.join()
+    result: dict[str, Any] = {"rate": case.rate, "load_before": load, "exit_code": code,
+                              "first_record_s": round(min(received.values()) - t0, 2)
+                              if received else None, "idle": idle, "memory": memory}
+    for label, span in case.windows.items():
+        got = window(sent, received, t0, span, LATE_S[label])
+        cpu = cpu_between(readings[span[0]], readings[span[1]], span[1] - span[0])
+        seconds = span[1] - span[0]
+        got.update(cpu, cpu_s=round(cpu["cores"] * seconds, 1),
+                   cpu_s_per_1k=round(1000 * cpu["cores"] * seconds / got["n"], 4)
+                   if got["n"] else None)
+        result[label] = got
+    result.update(contenders.relay_output(log_path, t0))
+    return result

@@ -36,6 +36,44 @@ def java_option_name(key: str) -> str:
     return name.removeprefix("kafka.")
 
 
+# The same for the driver's producer (outbox_relay.direct.producer), in librdkafka's names
+# and their aliases.
+GUARANTEED_LIBRDKAFKA_OPTIONS = frozenset({
+    "acks", "request.required.acks", "enable.idempotence",
+    "max.in.flight.requests.per.connection", "max.in.flight", "enable.gapless.guarantee",
+    "partitioner", "partitioner_cb",
+})
+OWNED_LIBRDKAFKA_OPTIONS = {
+    "bootstrap.servers": "kafka.bootstrap_servers",
+    "metadata.broker.list": "kafka.bootstrap_servers",
+    "message.max.bytes": "kafka.max_request_size",
+    "compression.type": "kafka.compression_type",
+    "compression.codec": "kafka.compression_type",
+    "message.timeout.ms": "kafka.delivery_timeout_ms",
+    "delivery.timeout.ms": "kafka.delivery_timeout_ms",
+    "request.timeout.ms": "kafka.request_timeout_ms",
+    "linger.ms": "kafka.linger_ms",
+    "queue.buffering.max.ms": "kafka.linger_ms",
+    "batch.size": "kafka.batch_size",
+    "retry.backoff.ms": "kafka.retry_backoff_ms",
+    "queue.buffering.max.kbytes": "kafka.buffer_memory",
+}
+
+
+def keep_librdkafka_guarantees(options: dict[str, str]) -> dict[str, str]:
+    for key in options:
+        name = key.strip()
+        if name in GUARANTEED_LIBRDKAFKA_OPTIONS:
+            raise ValueError(f"kafka.librdkafka_options.{key}: the relay sets {name} itself "
+                             "for its delivery guarantees (per-key order, no duplicates on "
+                             "retry); remove it")
+        if name in OWNED_LIBRDKAFKA_OPTIONS:
+            raise ValueError(f"kafka.librdkafka_options.{key}: set "
+                             f"{OWNED_LIBRDKAFKA_OPTIONS[name]} instead (the relay derives "
+                             f"{name} from it)")
+    return options
+
+
 def keep_delivery_guarantees(options: dict[str, str]) -> dict[str, str]:
     for key in options:
         name = java_option_name(key)

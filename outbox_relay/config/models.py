@@ -18,6 +18,7 @@ from outbox_relay.config.checks import (
     at_most_bytes,
     check_regex,
     keep_delivery_guarantees,
+    keep_librdkafka_guarantees,
     resolve_env_ref,
 )
 from outbox_relay.config.topic_rule import TopicRule
@@ -108,9 +109,9 @@ class KafkaConfig(StrictModel):
     # How long the broker must keep saying a topic does not exist before its rows count
     # as undeliverable (parked under `park`): a new topic's metadata takes a moment.
     missing_topic_grace_s: float = Field(60.0, ge=0)
-    # Security and other client settings, passed through verbatim in each dialect. Only
-    # java_options reach the producer; librdkafka_options only the driver's admin client,
-    # which sends nothing, so no delivery guarantee rests on them.
+    # Security and other client settings, passed through verbatim in each dialect:
+    # java_options to Spark's Kafka sink, librdkafka_options to the driver's admin client
+    # and its producer (the direct lane). Neither may touch what the guarantees rest on.
     java_options: dict[str, str] = Field(default_factory=dict)
     librdkafka_options: dict[str, str] = Field(default_factory=dict)
 
@@ -123,6 +124,11 @@ class KafkaConfig(StrictModel):
     @classmethod
     def _keep_delivery_guarantees(cls, value: dict[str, str]) -> dict[str, str]:
         return keep_delivery_guarantees(value)
+
+    @field_validator("librdkafka_options")
+    @classmethod
+    def _keep_direct_guarantees(cls, value: dict[str, str]) -> dict[str, str]:
+        return keep_librdkafka_guarantees(value)
 
 
 class LedgerConfig(StrictModel):
@@ -160,7 +166,12 @@ class RelaySettings(StrictModel):
     source_name: str = Field(DEFAULT_SOURCE_NAME, min_length=1)
     batch_size: int = Field(10_000, ge=1, le=1_000_000)
     max_batch_bytes: int = Field(256 * 1024 * 1024, ge=1024)
-    poll_interval_s: float = Field(0.2, gt=0)
+    # The wait between polls while work comes, and the least time between two rounds of a
+    # trickle: with the driver's producer a round costs milliseconds, so a message waits
+    # for its round about half of this. After a second without work the relay polls only
+    # every idle_poll_interval_s (an idle relay costs next to nothing), until work comes.
+    poll_interval_s: float = Field(0.05, gt=0)
+    idle_poll_interval_s: float = Field(0.25, gt=0)
     lock_timeout_s: float = Field(60.0, gt=0)
     heartbeat_interval_s: float = Field(10.0, gt=0)
     backoff_base_s: float = Field(2.0, gt=0)
@@ -190,6 +201,13 @@ class RelaySettings(StrictModel):
     # one lane's claim and delete run under the other's write (W1 drained 1M rows in
     # 48.6 s instead of 58-68 s on one machine, docs/performance.md).
     drain_lanes: int = Field(2, ge=1, le=MAX_DRAIN_LANES)
+    # A topic's claim of at most these rows and bytes, if the topic has no transform, is
+    # sent by a Kafka producer in the driver (outbox_relay.direct), in writes of at most
+    # as much: a Spark job costs about the same for one row as for ten thousand. Larger
+    # claims, and every claim while this is false, are Spark jobs on the executors.
+    direct_lane: bool = True
+    direct_max_rows: int = Field(5_000, ge=1)
+    direct_max_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
     @field_validator("include_topics", "exclude_topics")
     @classmethod

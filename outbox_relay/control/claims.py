@@ -116,7 +116,8 @@ backlog AS (
 -- deleted: whether they may leave depends on what becomes of the write.
 grouped AS (
     SELECT topic, array_agg(id ORDER BY id) FILTER (WHERE NOT superseded) AS ids,
-           coalesce(array_agg(id ORDER BY id) FILTER (WHERE superseded), '{}') AS withheld
+           coalesce(array_agg(id ORDER BY id) FILTER (WHERE superseded), '{}') AS withheld,
+           coalesce(sum(size) FILTER (WHERE NOT superseded), 0) AS bytes
     FROM chosen GROUP BY topic
 ),
 session AS (
@@ -127,9 +128,10 @@ session AS (
               cardinality(compacted_ids) AS withheld
 )
 SELECT coalesce(s.topic, f.topic) AS topic, s.session_id, s.batch_id, s.rows, s.withheld,
-       f.bad_id, f.problem, coalesce(b.more, false) AS more
+       f.bad_id, f.problem, coalesce(b.more, false) AS more, coalesce(g.bytes, 0) AS bytes
 FROM session s FULL JOIN first_problem f ON f.topic = s.topic
 LEFT JOIN backlog b ON b.topic = coalesce(s.topic, f.topic)
+LEFT JOIN grouped g ON g.topic = s.topic
 """
 
 SESSION_SENT_IDS = """
@@ -176,6 +178,7 @@ class Claim:
     partitions: int | None = None  # the topic's partition count for this send
     partitioner: Partitioner | None = None
     more: bool = False  # the claim stopped at its row or byte limit: more is waiting
+    bytes: int = 0  # the rows' size as the claim measures it (relay_message_size)
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,7 @@ class Claims:
                 partitions=spec[r["topic"]].partitions,
                 partitioner=spec[r["topic"]].partitioner,
                 more=bool(r["more"]),
+                bytes=int(r["bytes"]),
             )
             for r in rows
         ]

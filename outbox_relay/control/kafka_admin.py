@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -14,36 +13,13 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from outbox_relay.config import KafkaConfig
 from outbox_relay.errors import UnreachableError
+from outbox_relay.observe.client_log import ClientLog
 from outbox_relay.rules.topic_names import topic_name_problem as topic_name_problem  # re-exported
 
 log = logging.getLogger(__name__)
-_client_log = logging.getLogger("outbox_relay.librdkafka")
 
 _NAMED_UP_TO = 32
 _CONFIG_TTL_S = 60.0
-
-
-class _ClientLog:
-    """Where the admin client's librdkafka log lines go: Python logging, not raw stderr.
-
-    While no broker answers, librdkafka logs a failed connect (facility FAIL) about 20
-    times a second, so a preflight against a closed port printed some 60 lines before
-    its own one. Those lines go to the ``outbox_relay.librdkafka`` logger at DEBUG (the relay
-    reports the outage itself) and the latest is kept for that report; every other line
-    keeps its level. librdkafka queues them until the client is polled.
-    """
-
-    _THREAD = re.compile(r"^\[thrd:[^\]]*\]:\s*")
-
-    def __init__(self) -> None:
-        self.last_failure: str | None = None
-
-    def log(self, level: int, fmt: str, *args: object) -> None:
-        facility = args[0] if args else ""
-        if facility == "FAIL":
-            self.last_failure = self._THREAD.sub("", str(args[-1]))
-            level = logging.DEBUG
-        _client_log.log(level, fmt, *args)
 
 
 @dataclass(frozen=True)
@@ -103,7 +79,7 @@ class KafkaAdmin:
 
     def __init__(self, kafka: KafkaConfig) -> None:
         self._kafka = kafka
-        self._log = _ClientLog()
+        self._log = ClientLog()
         # Asking for a topic by name must never create it on a broker that allows that.
         conf: dict[str, Any] = {**librdkafka_conf(kafka), "logger": self._log,
                                 "allow.auto.create.topics": False}

@@ -106,12 +106,17 @@ def _headers(source_name: str, prefix: str, cloudevents: CloudEventTopics) -> Co
 
 def original_partition(partitioner: Partitioner) -> Column:
     """The partition of each row's partitioning bytes, whichever column they came from,
-    among its topic's `partition_count` (read with the row, outbox_relay/schemas/0014); null for
-    a keyless row (no bytes), or a topic whose partition count is not known.
+    among its topic's `partition_count` (read with the row, outbox_relay/schemas/0014); a
+    keyless row's (no bytes) from its id (outbox_relay.direct.records.keyless_partition,
+    so that both lanes place it alike); null for a topic whose partition count is not
+    known.
 
-    The record's explicit partition, and the ledger's: the ledger computes it from the
-    same bytes and the count stored with the session (outbox_relay.ledger.delta)."""
-    return partition_col(partitioner, partitioning_key_col(), F.col("partition_count"))
+    The record's explicit partition, and for a keyed row the ledger's: the ledger
+    computes it from the same bytes and the count stored with the session
+    (outbox_relay.ledger.delta)."""
+    count = F.col("partition_count")
+    keyed = partition_col(partitioner, partitioning_key_col(), count)
+    return F.when(partitioning_key_col().isNull(), F.pmod(F.col("id"), count)).otherwise(keyed)
 
 
 def to_kafka_records(

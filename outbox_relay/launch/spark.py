@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from outbox_relay.config import Config
 from outbox_relay.launch.spark_jars import cached_jars
+from outbox_relay.ledger.delta_read import delta_rs_writes
 
 # Option and property keys whose values must never reach a log line or a plan.
 REDACTION_REGEX = r"(?i)secret|password|passwd|token|access[.]?key|jaas|credential"
@@ -32,6 +33,22 @@ STATUS_RETENTION = {
     "spark.sql.streaming.ui.retainedProgressUpdates": "20",
     "spark.sql.streaming.numRecentProgressUpdates": "20",
 }
+
+
+# The session's Python workers when it runs no Python UDF (python_udfs below): they
+# only plan the streaming source (its lookup, its creation, each micro-batch's read). By
+# default each kind kept a daemon and an idle worker: five processes, 0.38 GB resident
+# at 500 msg/s beside 0.87 GB for the rest of the relay. Without them a micro-batch's
+# plan starts its worker afresh, once per relay.micro_batch_s. With a UDF the defaults
+# stay: a transformed round took 1.2 s instead of 0.45 s without the daemon.
+WORKERS_WITHOUT_UDFS = {"spark.python.use.daemon": "false", "spark.python.worker.reuse": "false"}
+
+
+def python_udfs(config: Config) -> bool:
+    """Whether the session runs Python UDFs: a topic's transform (its row counter), or the
+    ledger's Spark writer (its Arrow partitioner)."""
+    return (any(rule.transform is not None for rule in config.relay.topic_rules)
+            or not delta_rs_writes(config.ledger.writer, config.ledger.path))
 
 
 def base_conf(config: Config) -> dict[str, str]:
@@ -74,6 +91,7 @@ def base_conf(config: Config) -> dict[str, str]:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         **STATUS_RETENTION,
+        **({} if python_udfs(config) else WORKERS_WITHOUT_UDFS),
     }
     pools = Path(__file__).parent.parent / "fairscheduler.xml"
     if pools.is_file():  # not when the relay is imported from a zip (--py-files)

@@ -23,7 +23,7 @@ from outbox_relay.control.db import Database
 from outbox_relay.data.read import jdbc_options
 from outbox_relay.errors import DatabaseUnavailableError, RelayError
 from outbox_relay.ledger import staging
-from outbox_relay.ledger.delta_read import is_local, on_databricks_mount
+from outbox_relay.ledger.delta_read import delta_rs_writes
 from outbox_relay.ledger.delta_rs import DeltaRsCannotWrite, DeltaRsWriter
 from outbox_relay.ledger.lookup import LedgerRecord, lookup
 from outbox_relay.ledger.pause import pause, release
@@ -44,8 +44,10 @@ COPY_JOB_GROUP = "outbox-relay-ledger"
 
 
 class Ledger:
-    def __init__(self, spark: SparkSession, config: Config, db: Database) -> None:
-        self.spark = spark
+    def __init__(self, spark: SparkSession | None, config: Config, db: Database) -> None:
+        # None until the run's session is up (outbox_relay.launch.session): delta-rs copies
+        # without it, Spark's copies wait for it.
+        self._spark = spark
         self.path = config.ledger.path
         self.pg = config.postgres
         self.db = db
@@ -54,12 +56,19 @@ class Ledger:
         # the copy in flight, if any, has ended.
         self._state = threading.Lock()
         self._paused = self._copying = self._resume_due = False
-        writer = config.ledger.writer
-        self._auto = writer == "auto"
+        self._auto = config.ledger.writer == "auto"
         self._rs: DeltaRsWriter | None = None
-        if writer == "delta-rs" or (self._auto and is_local(self.path)
-                                    and not on_databricks_mount(self.path)):
+        if delta_rs_writes(config.ledger.writer, self.path):
             self._rs = DeltaRsWriter(self.path, db, lambda: self.origin)
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            raise RelayError("ledger: the Spark session is not up yet")
+        return self._spark
+
+    def attach(self, spark: SparkSession) -> None:
+        self._spark = spark
 
     @property
     def in_jvm(self) -> bool:
@@ -88,6 +97,8 @@ class Ledger:
                     self._release()
 
     def _flush(self, stopping: Callable[[], bool]) -> int:
+        if self._rs is None and self._spark is None:
+            return 0  # Spark copies, once the run's session is up: staged records wait
         backend = staging.try_copy_lock(self.db)
         if backend is None:
             return 0  # another relay is copying; it takes our records too
@@ -111,8 +122,9 @@ class Ledger:
 
     def _copy(self, copy_batch: int, backend: int) -> int:
         """Writes one batch and deletes it from staging once Delta provably holds it."""
-        self.spark.sparkContext.setJobGroup(COPY_JOB_GROUP, "ledger copy", False)
-        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", LEDGER_POOL)
+        if self._spark is not None:
+            self._spark.sparkContext.setJobGroup(COPY_JOB_GROUP, "ledger copy", False)
+            self._spark.sparkContext.setLocalProperty("spark.scheduler.pool", LEDGER_POOL)
         batch: int | None = copy_batch
         while batch is not None:
             records = staging.batch_records(self.db, batch)
@@ -146,12 +158,14 @@ class Ledger:
         write that a later copy does as well (and took 14-19 s in bench/, SOAK); with
         `cancel`, its Spark jobs are cancelled. Callable from any thread; `resume` undoes
         it once the copy has ended."""
+        if self._spark is None:
+            return  # no Spark copy can be in flight
         with self._state:
             if not self._paused:
-                pause(self.spark)
+                pause(self._spark)
                 self._paused = True
         if cancel:
-            self.spark.sparkContext.cancelJobGroup(COPY_JOB_GROUP)
+            self._spark.sparkContext.cancelJobGroup(COPY_JOB_GROUP)
 
     def resume(self) -> None:
         """Gives the session back its auto compaction (outbox_relay.ledger.pause says which
@@ -165,8 +179,8 @@ class Ledger:
 
     def _release(self) -> None:
         """Under self._state."""
-        if self._paused:
-            release(self.spark)
+        if self._paused and self._spark is not None:
+            release(self._spark)
             self._paused = False
         self._resume_due = False
 

@@ -32,6 +32,14 @@ def is_local(path: str) -> bool:
 _DATABRICKS_MOUNTS = ("Volumes", "dbfs")
 
 
+def delta_rs_writes(writer: str, path: str) -> bool:
+    """Whether delta-rs, in the driver's Python, writes the ledger's copies (`ledger.writer`
+    and `ledger.path`): `auto` picks it for a local path that is no Databricks mount.
+    Spark's writer runs the ledger's Arrow partitioner in Python workers instead."""
+    return writer == "delta-rs" or (writer == "auto" and is_local(path)
+                                    and not on_databricks_mount(path))
+
+
 def on_databricks_mount(path: str) -> bool:
     """A Databricks Volume or DBFS path: `/Volumes/...`, `/dbfs/...` or `dbfs:/...`."""
     url = urlparse(path)

@@ -17,11 +17,12 @@ seven-argument form (outbox_relay/schemas/0016_cloudevents_check.sql), given the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from outbox_relay.config import TopicRule
 from outbox_relay.rules import cloudevents as ce
+from outbox_relay.rules.topic_rules import rule_for
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,14 @@ def sql_arrays(flags: Sequence[TopicFlags]) -> dict[str, list[bool]]:
     """The flags of a claim's topics as the SQL arrays of the claim and the park."""
     return {"cloudevents": [f.cloudevents for f in flags],
             "type_required": [f.type_required for f in flags]}
+
+
+def default_types(rules: Sequence[TopicRule], topics: Iterable[str]) -> dict[str, str | None]:
+    """The CloudEvents topics among `topics`, each with its rule's default ce_type (None:
+    the row's own only): what the records of those topics carry (outbox_relay.data.records,
+    outbox_relay.direct.records)."""
+    found = {t: rule_for(rules, t) for t in topics}
+    return {t: rule.event_type for t, rule in found.items() if rule.cloudevents}
 
 
 def allowance(plain: int, source_name: str, rule: TopicRule) -> int:

@@ -8,13 +8,14 @@ the same lookup, so both planes see one rule per topic.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from outbox_relay.config import TopicRule
 
 DEFAULT_RULE = TopicRule(match=".*")
 
 
-def rule_for(rules: list[TopicRule], topic: str) -> TopicRule:
+def rule_for(rules: Sequence[TopicRule], topic: str) -> TopicRule:
     for rule in rules:
         if re.fullmatch(rule.match, topic):
             return rule

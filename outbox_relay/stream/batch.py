@@ -24,13 +24,21 @@ from outbox_relay.control.pending import TopicFilter, pending_topics, relays_pol
 from outbox_relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
 from outbox_relay.observe.progress import Progress
 from outbox_relay.observe.runtime import RuntimeMetrics
-from outbox_relay.stream.lanes import DRAIN_QUIET_S, DrainLane, report_failure
+from outbox_relay.stream.lanes import (
+    DRAIN_QUIET_S,
+    DrainLane,
+    end_lanes,
+    hand_over,
+    report_failure,
+)
 from outbox_relay.stream.round import Round
 from outbox_relay.stream.stats import RelayStats
 from outbox_relay.stream.stop import StopSignal
 
 log = logging.getLogger(__name__)
 
+# How long a continuous body finds no work before it polls at the idle interval.
+IDLE_AFTER_S = 1.0
 # Failures after which a batch body gives up its rounds and the next ones try again.
 _RETRIED = (DatabaseUnavailableError, UnreachableError)
 
@@ -51,12 +59,14 @@ class BatchSettings:
     lock_timeout_s: float
     include_topics: list[str]
     exclude_topics: list[str]
+    idle_poll_interval_s: float = 0.25
 
     @classmethod
     def of(cls, config: Config) -> BatchSettings:
         relay = config.relay
         return cls(relay.micro_batch_s, relay.poll_interval_s, relay.lock_timeout_s,
-                   list(relay.include_topics), list(relay.exclude_topics))
+                   list(relay.include_topics), list(relay.exclude_topics),
+                   relay.idle_poll_interval_s)
 
 
 class BatchProcessor:
@@ -76,6 +86,7 @@ class BatchProcessor:
         # cannot keep a body running. The first round takes whatever is ready, as the
         # source (polling up to the same bound) expects of every micro-batch.
         self.bound = bound
+        self._bound_first = False
         # Continuous: an idle body keeps polling until its time is up, so a message
         # written then waits for one poll, not for Spark's next trigger.
         self.continuous = continuous
@@ -91,6 +102,7 @@ class BatchProcessor:
         # keeps its value while the next round runs (see `draining`).
         self._found_backlog: frozenset[str] = frozenset()
         self._drains = list(drains)
+        self._worked_at = time.monotonic()  # when a round last locked a topic
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         self.run_rounds(f"micro-batch {batch_id}", self._settings.micro_batch_s)
@@ -136,11 +148,16 @@ class BatchProcessor:
             raise
         self._end_drains(None)
 
+    def bound_every_round(self) -> None:
+        """Available-now: from now on even a body's first round takes only rows up to
+        `bound`, as the rounds of the slices after a run's first do (stream.before_spark)."""
+        self._bound_first = True
+
     def _rounds(self, deadline: float) -> None:
         rounds = 0
         while True:
             began = time.monotonic()
-            worked = self.run_once(self.bound if rounds else None)
+            worked = self.run_once(self.bound if rounds or self._bound_first else None)
             rounds += 1
             if self._drains:
                 self._hand_over(self.backlogged)
@@ -156,39 +173,14 @@ class BatchProcessor:
                 return
 
     def _hand_over(self, topics: Collection[str]) -> None:
-        """Each topic to the drain lane that holds the fewest, so that every lane has
-        work while there is enough: one lane's claim and delete then run under another's
-        write. Only after the main round that claimed them has finished."""
-        for topic in sorted(topics):
-            lane = min(self._drains, key=lambda d: len(d.split.draining))
-            lane.split.hand_over([topic])
+        hand_over(self._drains, topics)
 
     def _held(self) -> frozenset[str]:
         """The topics the drain lanes hold."""
         return frozenset().union(*(lane.split.draining for lane in self._drains))
 
     def _end_drains(self, main: tuple[float, BaseException] | None) -> None:
-        """Ends every drain lane (one lane's failure must not leave another's thread
-        running rounds). When lanes failed, the first failure is the body's, so that the
-        run's exit code names it: a lane's is raised when it came before the main lane's
-        `main` (when, what), if any. One that is retried (a lost connection) decides only
-        when nothing else failed. Each lane logged its own failure; the main lane's is
-        logged here when a lane's decides."""
-        failures = [] if main is None else [main]
-        for lane in self._drains:
-            try:
-                lane.end()
-            except BaseException as exc:
-                failures.append((lane.failed_at, exc))
-        if not failures:
-            return
-        _, first = min(failures, key=lambda f: (isinstance(f[1], _RETRIED), f[0]))
-        if main is not None and first is main[1]:
-            return
-        if main is not None:
-            report_failure(self._metrics, "main", "the main lane failed after a drain lane",
-                           main[1])
-        raise first
+        end_lanes(self._drains, main, self._metrics, retried=_RETRIED)
 
     def _pace(self, began: float, deadline: float) -> bool:
         """After a round whose claims all fell short of their limit (a trickle, not a
@@ -218,8 +210,18 @@ class BatchProcessor:
             self._show_progress()
         if not self.continuous and not draining:
             return False
-        pause = min(self._settings.poll_interval_s, deadline - time.monotonic())
+        settings = self._settings
+        idle = time.monotonic() - self._worked_at >= IDLE_AFTER_S
+        wait = max(settings.idle_poll_interval_s, settings.poll_interval_s) if idle else (
+            settings.poll_interval_s)
+        pause = min(wait, deadline - time.monotonic())
         return pause > 0 and not self.stop.wait(pause)
+
+    def close(self) -> None:
+        """Closes this lane's round and its drain lanes' (their producers)."""
+        self._round.close()
+        for lane in self._drains:
+            lane.close()
 
     def warm_up(self) -> None:
         """The main lane's data plane, planned and loaded before its first write."""
@@ -250,6 +252,8 @@ class BatchProcessor:
         """One round, on the ready topics (with rows up to `bound` when given; of `only`
         when given, else not the drain lane's); returns whether it locked any topic."""
         worked = self._round.run(self._ready(bound, only))
+        if worked:
+            self._worked_at = time.monotonic()
         self._found_backlog = self.backlogged
         return worked
 

@@ -17,11 +17,15 @@ _READ_ERROR = re.compile(r"(org\.postgresql\.util\.PSQLException[^\n]*)")
 # the same rows then go through, so parking them would only hurt.
 # The last alternative is what the producer reports for the healthy neighbours of an
 # invalid record in the same produce batch.
+# The parenthesised names are librdkafka's, as the direct lane words a report
+# (outbox_relay.direct.send.REFUSED_FOR_GOOD; tests/unit/test_direct_send.py pins the two).
 _FOR_GOOD = re.compile(
     r"RecordTooLargeException|RecordBatchTooLargeException|InvalidTopicException|"
     r"InvalidRecordException|PolicyViolationException|"
     r"CorruptRecordException|SerializationException|InvalidRequestException|"
-    r"part of a batch which had one more more invalid records"
+    r"part of a batch which had one more more invalid records|"
+    r"\((?:MSG_SIZE_TOO_LARGE|INVALID_RECORD|POLICY_VIOLATION|INVALID_MSG|"
+    r"RECORD_LIST_TOO_LARGE|TOPIC_EXCEPTION|UNSUPPORTED_FOR_MESSAGE_FORMAT)\)"
 )
 
 

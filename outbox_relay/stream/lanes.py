@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 from outbox_relay.errors import (
@@ -71,6 +71,8 @@ class Rounds(Protocol):
         """Pauses when other relays poll this outbox, so that they get topics too;
         returns whether a stop came meanwhile."""
         ...
+
+    def close(self) -> None: ...
 
 
 class LaneSplit:
@@ -155,6 +157,9 @@ class DrainLane:
             thread.join(timeout)
         return thread is None or not thread.is_alive()
 
+    def close(self) -> None:
+        self._rounds.close()
+
     def end(self) -> None:
         """Ends the lane after its round in flight and gives its topics back; raises the
         error that ended the lane, after the lane has stopped."""
@@ -201,3 +206,37 @@ class DrainLane:
             self.split.give_back(topics)
             report_failure(self._metrics, "drain", "the drain lane gave up its round", exc)
             self._ending.wait(RETRY_PAUSE_S)
+
+
+def hand_over(lanes: Sequence[DrainLane], topics: Collection[str]) -> None:
+    """Each topic to the drain lane that holds the fewest, so that every lane has work
+    while there is enough: one lane's claim and delete then run under another's write.
+    Only after the main round that claimed them has finished."""
+    for topic in sorted(topics):
+        lane = min(lanes, key=lambda d: len(d.split.draining))
+        lane.split.hand_over([topic])
+
+
+def end_lanes(lanes: Sequence[DrainLane], main: tuple[float, BaseException] | None,
+              metrics: RuntimeMetrics | None,
+              retried: tuple[type[BaseException], ...]) -> None:
+    """Ends every drain lane (one lane's failure must not leave another's thread running
+    rounds). When lanes failed, the first failure is the body's, so that the run's exit
+    code names it: a lane's is raised when it came before the main lane's `main` (when,
+    what), if any. One that is `retried` (a lost connection) decides only when nothing
+    else failed. Each lane logged its own failure; the main lane's is logged here when a
+    lane's decides."""
+    failures = [] if main is None else [main]
+    for lane in lanes:
+        try:
+            lane.end()
+        except BaseException as exc:
+            failures.append((lane.failed_at, exc))
+    if not failures:
+        return
+    _, first = min(failures, key=lambda f: (isinstance(f[1], retried), f[0]))
+    if main is not None and first is main[1]:
+        return
+    if main is not None:
+        report_failure(metrics, "main", "the main lane failed after a drain lane", main[1])
+    raise first

@@ -54,7 +54,7 @@ class RoundSettings:
 class Round:
     """Runs one lane's rounds, one at a time, under the token of its locks and claims."""
 
-    def __init__(self, spark: SparkSession, delivery: Delivery, topics: TopicCheck, *,
+    def __init__(self, spark: SparkSession | None, delivery: Delivery, topics: TopicCheck, *,
                  locks: TopicLocks, heartbeat_locks: TopicLocks, claims: Claims,
                  parking: Parking, metrics: RuntimeMetrics, settings: RoundSettings,
                  stop: StopSignal, stats: RelayStats, finished: Callable[[], None]) -> None:
@@ -71,6 +71,7 @@ class Round:
         self._topics = topics
         self.metrics = metrics
         self._written_at = time.monotonic()  # when the last write of a round ended
+        self._lanes: dict[str, str] = {}  # which lane wrote each topic of the last round
         # The topics of the last round whose claims stopped at their limit.
         self.backlogged: frozenset[str] = frozenset()
         # Called as soon as a claim stops at its limit, before the write (the runner
@@ -79,6 +80,11 @@ class Round:
 
     def warm_up(self) -> None:
         self._delivery.warm_up()
+
+    def close(self) -> None:
+        """Lets the driver's producer send what it holds and end (its threads and
+        sockets): a process may run several relays, one after the other."""
+        self._delivery.close()
 
     def run(self, ready: list[str]) -> bool:
         """One round on `ready`; returns whether it locked any topic."""
@@ -89,6 +95,8 @@ class Round:
             # (outbox_relay.stream.starting).
             failpoints.until(lambda: self.stop.body_waiting)
             failpoints.raise_db_error("round_db_error", self._locks.db.execute)
+        # Before Spark is up a transformed topic waits: its records are made by Spark.
+        ready = [t for t in ready if self._delivery.sendable(t)]
         if not ready:
             return False
         with self.metrics.phase("lock"):
@@ -179,9 +187,10 @@ class Round:
         errors: dict[str, str],
     ) -> list[Claim]:
         settings = self._settings
+        limit, batch_bytes = self._delivery.claim_limits(settings.batch_size,
+                                                         settings.max_batch_bytes)
         with self.metrics.phase("claim"):
-            batch = self._claims.claim(limits, settings.batch_size,
-                                            settings.max_batch_bytes)
+            batch = self._claims.claim(limits, limit, batch_bytes)
         if self.on_backlog is not None and any(c.more for c in batch.claims):
             self.on_backlog()
         # What sessions that could not end withheld, settled by the claim before it claimed.
@@ -197,6 +206,7 @@ class Round:
         with self.metrics.phase("write"):
             outcome = self._delivery.deliver(batch.batch_id, sessions)
         self._written_at = time.monotonic()
+        self._lanes = outcome.lanes
         errors.update(outcome.errors)
         for topic, n in outcome.parked.items():
             self._count(topic, Outcome.PARKED, n)
@@ -216,6 +226,7 @@ class Round:
         for c in acknowledged:
             if c.topic in done.owned:
                 self._count(c.topic, Outcome.PUBLISHED, c.rows)
+                self.stats.add_lane(self._lanes.get(c.topic, ""), c.rows)
         for topic, n in done.compacted.items():
             self._count(topic, Outcome.COMPACTED, n)
         self.backlogged = frozenset(c.topic for c in acknowledged
@@ -233,6 +244,8 @@ class Round:
         self.stats.note_errors(errors, cleared=done.owned - errors.keys())
 
     def _jvm_alive(self) -> bool:
+        if self._spark is None:
+            return True  # no session yet: the heartbeat watches the launcher alone
         try:
             jsc: Any = self._spark.sparkContext._jsc
             return not jsc.sc().isStopped()

@@ -9,8 +9,9 @@ first batch body waits for the round to end (StopSignal.batch_body), so the two 
 run rounds at once. Otherwise it starts after the first round: beside a small first
 write, the two only took turns on the cores and the first message waited longer, and an
 available-now drain that the first round empties starts no query at all. A continuous
-relay that starts idle warms its data plane first, and its runner keeps running rounds
-until the query's first body takes over (rounds_until_first_body).
+relay keeps running rounds until the query's first body takes over
+(rounds_until_first_body); without the direct lane, one that starts idle warms its data
+plane first.
 """
 
 from __future__ import annotations
@@ -150,21 +151,27 @@ def warm_up_in_background(warm_up: Callable[[], None], stopping: Callable[[], bo
 
 
 def rounds_until_first_body(rounds: Callable[[], None], starter: QueryStart,
-                            stop: StopSignal, warm: threading.Thread) -> None:
-    """A continuous relay that started idle: its first messages go out as soon as the
-    data plane is warm, not once the query runs. Started beside the warm-up, the query's
-    start and first trigger took the cores from it, and the first message waited for
-    both (a probe: delivered 26.5 s after launch, where the warm-up alone ends about
-    7 s after the session). So the query starts once the warm-up has ended, and until
-    its first batch body waits for its turn, this thread runs the rounds that body
-    would run (`rounds`: a poll interval's worth each), as the start-up round did. The
-    first of them runs before the query starts, so that the messages that waited for the
-    warm-up go out alone: beside the start, their write took 3.0 s instead of 2.2 s.
-    Available-now runs keep the query for their rounds: their end is its end.
+                            stop: StopSignal, warm: threading.Thread | None) -> None:
+    """A continuous relay's rounds until the query's first batch body waits for its turn:
+    this thread runs the rounds that body would run (`rounds`: a poll interval's worth
+    each), so the query's start and first trigger (3.1 s and 2.9 s on a quiet machine)
+    hold no message up.
+
+    `warm`: the data plane's warm-up, which the rounds wait for when every write is a
+    Spark job (no direct lane): a relay that started idle sends its first messages as
+    soon as the data plane is warm. Started beside the warm-up, the query's start and
+    first trigger took the cores from it, and the first message waited for both (a
+    probe: delivered 26.5 s after launch, where the warm-up alone ends about 7 s after
+    the session); the first round then runs before the query starts, so that the
+    messages that waited for the warm-up go out alone (beside the start, their write
+    took 3.0 s instead of 2.2 s). None: the driver's producer sends the small rounds,
+    which need nothing of Spark's, so nothing waits. Available-now runs keep the query
+    for their rounds: their end is its end.
     """
-    deadline = time.monotonic() + WARM_WAIT_MAX_S
-    while warm.is_alive() and not stop.requested and time.monotonic() < deadline:
-        warm.join(_WARM_WAIT_S)
+    if warm is not None:
+        deadline = time.monotonic() + WARM_WAIT_MAX_S
+        while warm.is_alive() and not stop.requested and time.monotonic() < deadline:
+            warm.join(_WARM_WAIT_S)
     if stop.requested:
         return
     failpoints.hold("first_bridge_round")

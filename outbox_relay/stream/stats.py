@@ -20,6 +20,9 @@ class RelayStats:
     parked: Counter[str] = field(default_factory=Counter)
     errors: dict[str, str] = field(default_factory=dict)
     batches: int = 0
+    # Messages published by each lane of the data plane: "direct" (the driver's producer)
+    # and "spark" (the executors' sink).
+    lanes: Counter[str] = field(default_factory=Counter)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False,
                                    compare=False)
 
@@ -27,6 +30,10 @@ class RelayStats:
         """`outcome`: one of RELAY_OUTCOMES (outbox_relay.rules.outcomes), a counter of its name."""
         with self._guard:
             getattr(self, outcome)[topic] += n
+
+    def add_lane(self, lane: str, n: int) -> None:
+        with self._guard:
+            self.lanes[lane] += n
 
     def add_batch(self) -> None:
         with self._guard:
@@ -42,4 +49,5 @@ class RelayStats:
     def snapshot(self) -> RelayStats:
         with self._guard:
             return RelayStats(Counter(self.published), Counter(self.compacted),
-                              Counter(self.parked), dict(self.errors), self.batches)
+                              Counter(self.parked), dict(self.errors), self.batches,
+                              Counter(self.lanes))

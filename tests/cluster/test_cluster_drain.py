@@ -8,6 +8,7 @@ the Delta ledger read from disk against the ids the test wrote."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -47,8 +48,11 @@ from tests.integration.sasl_broker import (
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
-MESSAGES = 4_000
+MESSAGES = 20_000
 PARTITIONS = (1, 3, 4)
+# Rounds above this go to Spark once the session is up; until then the driver's producer
+# sends what it claims, at most this much a round: the backlog outlasts that start.
+DIRECT_MAX_ROWS = 300
 # The driver's environment alone holds these; the profile names them as env:NAME.
 JAAS_ENV, KAFKA_PASSWORD_ENV = "CLUSTER_KAFKA_JAAS", "CLUSTER_KAFKA_PASSWORD"
 
@@ -97,7 +101,7 @@ def drained(cluster: StandaloneCluster, relay_zip: Path, cluster_db: ClusterDb,
     secrets = {JAAS_ENV: java["sasl.jaas.config"], KAFKA_PASSWORD_ENV: librdkafka["sasl.password"]}
     config = with_kafka_secrets(
         cluster_config(cluster_db, stack, list(topics), "drain", sasl_broker.bootstrap,
-                       batch_size=700),
+                       batch_size=700, direct_max_rows=DIRECT_MAX_ROWS),
         java={**java, "sasl.jaas.config": f"env:{JAAS_ENV}"},
         librdkafka={**librdkafka, "sasl.password": f"env:{KAFKA_PASSWORD_ENV}"})
     started = time.monotonic()
@@ -157,6 +161,13 @@ def test_every_message_is_delivered_in_key_order_by_executors_in_the_workers(
         "the broker's ACLs required"))
 
     assert d.exit_code == ExitCode.OK, d.log_tail
+    # The backlog went to the executors once the session was up; the driver's producer
+    # sent only what came before (the relay's summary counts each lane).
+    lanes = re.search(r"(\d+) by the driver's producer, (\d+) by Spark's executors", d.log_tail)
+    assert lanes, d.log_tail
+    by_driver, by_executors = int(lanes.group(1)), int(lanes.group(2))
+    print(f"{by_driver} by the driver's producer, {by_executors} by the executors")
+    assert by_executors > MESSAGES // 2 and by_driver + by_executors == MESSAGES
     # Executors really ran in both workers' JVMs, with the relay shipped to them.
     assert all(n >= 1 for n in d.placement.executors.values()), d.placement
     assert all(n >= 1 for n in d.placement.tasks.values()), d.placement

@@ -31,22 +31,25 @@ from tests.faults.relay_proc import (
     start_relay,
     with_relay,
 )
+from tests.lanes import LANES, on_lane
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 
 @pytest.mark.scenario("4-racing-relays")
+@pytest.mark.parametrize("lane", LANES)
 def test_three_relays_racing_never_share_a_topic(
     stack: StackInfo, fault_db: str, tmp_path: Path, scenario: Scenario, long_mode: bool,
+    lane: str,
 ) -> None:
     n = 60_000 if long_mode else 9_000
     topics = [unique("race") for _ in range(6)]
     create_topics(stack.kafka_bootstrap, dict.fromkeys(topics, 2))
     # One source name for all three: the fencing token must still tell them apart.
-    base = relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=topics,
-                        source_name="fault-race",
-                        relay={"batch_size": 100, "lock_timeout_s": 10,
-                               "heartbeat_interval_s": 2})
+    base = on_lane(relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=topics,
+                                source_name="fault-race",
+                                relay={"batch_size": 100, "lock_timeout_s": 10,
+                                       "heartbeat_interval_s": 2}), lane)
     outbox = Outbox(fault_db)
     with relays() as procs:
         for i in range(3):

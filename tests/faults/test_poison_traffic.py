@@ -39,6 +39,7 @@ from tests.faults.poison import (
 )
 from tests.faults.recorders import create_database, drop_database, quiesce
 from tests.faults.relay_proc import relay_config, relays, start_relay
+from tests.lanes import LANES, on_lane
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
@@ -82,9 +83,9 @@ class PoisonRun:
     run_s: float
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=LANES)
 def poison_run(stack: StackInfo, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory,
-               long_mode: bool) -> Iterator[PoisonRun]:
+               long_mode: bool, request: pytest.FixtureRequest) -> Iterator[PoisonRun]:
     started = time.monotonic()
     tmp_path = tmp_path_factory.mktemp("poison")
     url = create_database(stack.postgres_url)
@@ -101,9 +102,12 @@ def poison_run(stack: StackInfo, spark: SparkSession, tmp_path_factory: pytest.T
     mixed_traffic(outbox, healthy, every, _poison, per_topic=per_topic, keys=6, seed=6)
     outbox.close()
     # A short grace: the missing topics stay missing, and the suite need not wait a minute.
-    config = relay_config(url, stack.kafka_bootstrap, tmp_path, source_name="fault-poison",
-                          relay={"batch_size": 100, "topic_rules": [PARK_RULE]},
-                          kafka={"missing_topic_grace_s": 2})
+    # Each lane finds the message only the broker refuses its own way: the Spark lane by
+    # bisection, the driver's producer by its delivery reports.
+    config = on_lane(relay_config(url, stack.kafka_bootstrap, tmp_path,
+                                  source_name="fault-poison",
+                                  relay={"batch_size": 100, "topic_rules": [PARK_RULE]},
+                                  kafka={"missing_topic_grace_s": 2}), request.param)
     with relays() as procs:
         proc = start_relay(config, tmp_path, "relay",
                            env={"RELAY_FAILPOINTS": "stale_topic_config"})

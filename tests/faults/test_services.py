@@ -36,6 +36,7 @@ from tests.faults.recorders import (
     unfinished_claims,
 )
 from tests.faults.relay_proc import relay_config, relays, start_relay
+from tests.lanes import LANES, on_lane
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
@@ -48,8 +49,10 @@ def _errors(url: str) -> dict[str, str]:
 
 
 @pytest.mark.scenario("2-broker-outage")
+@pytest.mark.parametrize("lane", LANES)
 def test_broker_outage_backs_off_deletes_nothing_unsent_and_drains_after_restart(
     private_stack: PrivateStack, tmp_path: Path, scenario: Scenario, long_mode: bool,
+    lane: str,
 ) -> None:
     info = private_stack.ensure_up()
     url = create_database(info.postgres_url)
@@ -59,12 +62,12 @@ def test_broker_outage_backs_off_deletes_nothing_unsent_and_drains_after_restart
     create_topics(info.kafka_bootstrap, dict.fromkeys(topics, 2))
     outbox = Outbox(url)
     outbox.write(traffic(topics, n, per_tx=50, keys=30, value_bytes=200, seed=2))
-    config = relay_config(
+    config = on_lane(relay_config(
         url, info.kafka_bootstrap, tmp_path, topics=topics, source_name="fault-outage",
         relay={"batch_size": max(200, n // len(topics) // 10),
                "topic_rules": [{"match": "fpark-.*", "policy": "park"}]},
         kafka={"delivery_timeout_ms": 15_000, "request_timeout_ms": 5_000, "admin_timeout_s": 3},
-    )
+    ), lane)
     watch: dict[str, Any] = {}
     with relays() as procs:
         proc = start_relay(config, tmp_path, "relay")

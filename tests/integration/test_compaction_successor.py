@@ -58,6 +58,7 @@ from tests.integration.two_brokers import (  # noqa: F401  (fixtures)
     cluster_fixture,
     two_brokers_fixture,
 )
+from tests.lanes import LANES, on_lane
 
 pytestmark = pytest.mark.integration
 
@@ -106,12 +107,14 @@ def _ledger(spark: SparkSession, config: Config) -> list[tuple[int, str]]:
     return [(r.message_id, r.outcome) for r in ledger.table().collect()]
 
 
+@pytest.mark.parametrize("lane", LANES)
 @pytest.mark.parametrize("policy", ["block", "park"])
 def test_a_withheld_value_reaches_kafka_when_its_successor_is_refused_for_good(
     cluster: TwoBrokers, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, policy: str,
+    lane: str,
 ) -> None:
-    alone, shared = unique(f"alone-{policy}"), unique(f"shared-{policy}")
+    alone, shared = unique(f"alone-{policy}-{lane}"), unique(f"shared-{policy}-{lane}")
     for topic in (alone, shared):
         cluster.create_topic(topic, LEADERS, **{"max.message.bytes": str(LIMIT)})
     rows = _alone(alone) + _shared(shared)
@@ -124,12 +127,12 @@ def test_a_withheld_value_reaches_kafka_when_its_successor_is_refused_for_good(
     refused = "skipped" if policy == "block" else "parked"
     expected = {i: refused if o == "refused" else o
                 for i, (_, o) in zip(ids, rows, strict=True)}
-    config = make_config([alone, shared], kafka={
-        "bootstrap_servers": cluster.bootstrap, "delivery_timeout_ms": 4000,
-        "request_timeout_ms": 2000},
-                         relay={"read_partitions": 2, "available_now_deadline_s": 15,
-                                "topic_rules": [{"match": ".*", "compact": True,
-                                                 "policy": policy}]})
+    config = on_lane(make_config(
+        [alone, shared],
+        kafka={"bootstrap_servers": cluster.bootstrap, "delivery_timeout_ms": 4000,
+               "request_timeout_ms": 2000},
+        relay={"read_partitions": 2, "available_now_deadline_s": 15,
+               "topic_rules": [{"match": ".*", "compact": True, "policy": policy}]}), lane)
     monkeypatch.setenv("RELAY_FAILPOINTS", "stale_max_message_bytes")
 
     if policy == "block":

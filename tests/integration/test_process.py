@@ -33,6 +33,7 @@ from tests.integration.process import (
     spark_submit,
     write_profile,
 )
+from tests.lanes import LANES, on_lane
 
 pytestmark = pytest.mark.integration
 
@@ -42,17 +43,18 @@ def _outbox(url: str, topics: list[str], n: int) -> list[int]:
                          for i in range(j, min(n, j + 50))] for j in range(0, n, 50)])
 
 
+@pytest.mark.parametrize("lane", LANES)
 def test_crash_between_ack_and_delete_resends_at_most_that_session(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
-    tmp_path: Path,
+    tmp_path: Path, lane: str,
 ) -> None:
     topics = [unique("crash-a"), unique("crash-b")]
     create_topics(stack.kafka_bootstrap, {t: 2 for t in topics})
     ids = _outbox(migrated_url, topics, 1000)
     # The crashed process's locks pass at once: its liveness connection died with it
     # (issue 52); before, the restart waited out lock_timeout_s.
-    config = make_config(topics, relay={"batch_size": 150, "lock_timeout_s": 6,
-                                        "available_now_deadline_s": 40})
+    config = on_lane(make_config(topics, relay={"batch_size": 150, "lock_timeout_s": 6,
+                                                "available_now_deadline_s": 40}), lane)
     profile = write_profile(config, tmp_path / "relay.toml")
 
     crashed = spark_submit(profile, "--available-now", env={"RELAY_FAILPOINTS": "after_ack"},

@@ -16,7 +16,7 @@ import pytest
 
 from outbox_relay.config import Config
 from outbox_relay.stack import StackInfo
-from outbox_relay.stream import runner
+from outbox_relay.stream import query as query_module
 from outbox_relay.stream.runner import EXIT_OK, RunResult
 from outbox_relay.stream.stop import StopSignal
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
@@ -188,7 +188,7 @@ def test_a_stop_that_fails_the_query_start_is_a_stop_not_a_failure(
         raise RuntimeError("EOFException occurred while reading the port number from "
                            "pyspark.daemon's stdout and terminated with code: 143")
 
-    monkeypatch.setattr(runner, "start_query", killed_start)
+    monkeypatch.setattr(query_module, "start_query", killed_start)
     result = run_relay(make_config([unique("rounds-stop")]), available_now=False, stop=stop)
     assert result.exit_code == EXIT_OK
 

@@ -102,13 +102,13 @@ def test_every_keyed_row_gets_an_explicit_partition_from_the_stored_count(
     """A key's rows get one explicit partition, from the count read with the rows (4 for
     topic t), whichever column their bytes came from: left to the producer, a row with
     partition_key NULL was hashed on the producer's own metadata, which can be another
-    count. Only a keyless row is left to the producer."""
+    count. A keyless row's partition is its id modulo the count, on both lanes."""
     claimed = _claimed(spark, [(i, "t", b"v", k, p, CREATED, None) for i, p, k in ONE_KEY_ROWS])
     got = _records(claimed, partitioner).select(
         F.element_at("headers", 1).value.cast("string").cast("bigint").alias("id"),
         "partition")
     expected = spark.createDataFrame(
-        [(i, None if p is None and k is None
+        [(i, i % 4 if p is None and k is None
           else partition_for(partitioner, p.encode() if p is not None else k, 4))  # type: ignore[arg-type]
          for i, p, k in ONE_KEY_ROWS],
         "id bigint, partition int")

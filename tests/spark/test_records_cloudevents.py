@@ -69,7 +69,7 @@ EXPECTED = [
     ("ce_own", b"k", b"v4", [*_reserved(4), *_attributes(4),
                              ("ce_type", b"com.example.own")], PK),
     ("plain", b"k", b"v5", [*_reserved(5), ("ce_type", b"x")], PK_CUSTOMER),
-    ("plain", None, None, _reserved(6), None),
+    ("plain", None, None, _reserved(6), 6 % 4),  # keyless: its id modulo the count
 ]
 
 

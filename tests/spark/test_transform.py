@@ -70,7 +70,7 @@ def test_identity_gives_the_records_of_the_rows_in_id_order(spark: SparkSession)
         [("t", None, None, [(P + "id", b"1"), *reserved], partition_for("murmur2", b"pk", 4)),
          ("t", b"k", b"v2", [(P + "id", b"2"), *reserved, ("trace", b"x")],
           partition_for("murmur2", b"k", 4)),
-         ("t", None, b"v3", [(P + "id", b"3"), *reserved], None)],
+         ("t", None, b"v3", [(P + "id", b"3"), *reserved], 3 % 4)],  # keyless: id mod count
         "topic string, key binary, value binary, "
         "headers array<struct<key:string,value:binary>>, partition int",
     )
@@ -90,7 +90,8 @@ def test_a_changed_key_keeps_the_partition_of_the_original_bytes(
     got = out.collect()
     assert [r.key for r in got] == [b"enc:k1", b"enc:k2", None]
     assert [r.partition for r in got] == [partition_for(partitioner, b"k1", 4),
-                                         partition_for(partitioner, b"customer-7", 4), None]
+                                         partition_for(partitioner, b"customer-7", 4),
+                                         3 % 4]  # keyless: its id modulo the count
     assert got[2].value == b"not json"
     assert (tt.MARK_HEADER, tt.SECRET_FIELD.encode()) in [tuple(h) for h in got[0].headers]
 

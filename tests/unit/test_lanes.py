@@ -400,3 +400,40 @@ def test_the_first_lane_to_fail_decides_what_the_body_raises(
     assert raised.value is expected and processor.failure is expected
     other = defect if first == "main" else refused
     assert str(other) in caplog.text, "the other lane's failure was not logged"
+
+
+class _Idle(_Round):
+    """A round that never finds work, noting when each one ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: list[float] = []
+
+    def run(self, ready: list[str]) -> bool:
+        self.at.append(time.monotonic())
+        return False
+
+
+def test_an_idle_continuous_body_polls_at_the_idle_interval_after_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While work may come a body polls every poll interval; after a second without any,
+    only every idle interval: an idle relay's polls cost next to nothing."""
+    monkeypatch.setattr(batch, "pending_topics", lambda *_args: [])
+    monkeypatch.setattr(batch, "IDLE_AFTER_S", 0.3)
+    idle = _Idle()
+    settings = BatchSettings(micro_batch_s=1, poll_interval_s=0.02, lock_timeout_s=10,
+                             include_topics=[".*"], exclude_topics=[],
+                             idle_poll_interval_s=0.25)
+    processor = BatchProcessor(cast(Database, None), RuntimeMetrics(MetricsConfig(), "test"),
+                               settings, lambda _finished: cast(Round, idle), StopSignal(),
+                               continuous=True)
+    began = time.monotonic()
+    processor.run_rounds("body", 1.2)
+    gaps = [b - a for a, b in zip(idle.at, idle.at[1:], strict=False)]
+    early = [g for a, g in zip(idle.at, gaps, strict=False) if a - began < 0.25]
+    # The last wait is cut short by the body's end.
+    late = [g for a, g in zip(idle.at, gaps, strict=False)
+            if a - began > 0.35 and a + g < began + 1.1]
+    assert early and max(early) < 0.15, early
+    assert late and min(late) >= 0.24, late
