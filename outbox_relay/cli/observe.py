@@ -10,17 +10,18 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from outbox_relay.cli.profile import one_profile, profile
 from outbox_relay.config import DEFAULT_TOP_TOPICS
-from outbox_relay.config.load import load_config
 from outbox_relay.control.db import Database
 from outbox_relay.control.migrate import require_current
-from outbox_relay.errors import RelayError
+from outbox_relay.errors import RelayError, exit_code_for, first_line
 from outbox_relay.exit_codes import ExitCode
 from outbox_relay.observe.backlog import COUNT_BUDGET, EXACT_UP_TO
 
 if TYPE_CHECKING:
     from outbox_relay.config import Config
     from outbox_relay.observe.report import Thresholds
+    from outbox_relay.observe.status import Snapshot
 
 DEFAULT_METRICS_PORT = 9466
 
@@ -54,7 +55,7 @@ def _seconds(text: str) -> float:
 def _status(args: argparse.Namespace) -> int:
     from outbox_relay.observe.report import Thresholds
 
-    return print_status(load_config(args.config), as_json=args.json,
+    return print_status(profile(args), as_json=args.json,
                         thresholds=Thresholds(args.max_age_s, args.fail_on),
                         with_rates=not args.no_delta, exact_up_to=args.exact_up_to,
                         count_budget=args.count_budget)
@@ -64,27 +65,50 @@ def print_status(config: Config, *, as_json: bool = False, thresholds: Threshold
                  with_rates: bool = True, exact_up_to: int = EXACT_UP_TO,
                  count_budget: int = COUNT_BUDGET) -> int:
     """`outbox-relay status`: the table (or JSON) on stdout, problems on stderr; the exit
-    code. Also what `demo` prints after its drain."""
+    code. Also what `demo` prints after its drain. A profile of several databases shows
+    each under its name; one that cannot be read is said so, and the others shown."""
     from outbox_relay.observe.report import Thresholds, problems, table, to_json
+
+    thresholds = thresholds or Thresholds()
+    code: int = ExitCode.OK
+    documents: dict[str, object] = {}
+    for name, one in config.each_database():
+        try:
+            snapshot = _snapshot(one, with_rates, exact_up_to, count_budget)
+        except RelayError as exc:
+            if name is None:
+                raise
+            print(f"database {name}: unreadable: {first_line(exc)}", file=sys.stderr)
+            documents[name] = {"error": first_line(exc)}
+            code = code or exit_code_for(exc)
+            continue
+        if as_json:
+            documents[name or ""] = to_json(snapshot, thresholds)
+        else:
+            print(table(snapshot) if name is None else f"database {name}\n{table(snapshot)}")
+        found = problems(snapshot, thresholds)
+        for line in found:
+            print(f"unhealthy: {'' if name is None else f'database {name}: '}{line}",
+                  file=sys.stderr)
+        code = code or (ExitCode.UNHEALTHY if found else ExitCode.OK)
+    if as_json:
+        print(json.dumps(documents[""] if not config.many else {"databases": documents},
+                         indent=2))
+    return code
+
+
+def _snapshot(config: Config, with_rates: bool, exact_up_to: int,
+              count_budget: int) -> Snapshot:
     from outbox_relay.observe.status import take_snapshot
 
     db = Database(config.postgres, "outbox-relay-status")
     try:
         require_current(db)
-        snapshot = take_snapshot(db, config.relay.lock_timeout_s, config.ledger.path,
-                                 with_rates=with_rates, exact_up_to=exact_up_to,
-                                 count_budget=count_budget)
+        return take_snapshot(db, config.relay.lock_timeout_s, config.ledger.path,
+                             with_rates=with_rates, exact_up_to=exact_up_to,
+                             count_budget=count_budget)
     finally:
         db.close()
-    thresholds = thresholds or Thresholds()
-    if as_json:
-        print(json.dumps(to_json(snapshot, thresholds), indent=2))
-    else:
-        print(table(snapshot))
-    found = problems(snapshot, thresholds)
-    for line in found:
-        print(f"unhealthy: {line}", file=sys.stderr)
-    return ExitCode.UNHEALTHY if found else ExitCode.OK
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -92,7 +116,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from outbox_relay.observe.collector import StatusCollector
 
-    config = load_config(args.config)
+    config = one_profile(args)
     db = Database(config.postgres, "outbox-relay-metrics")
     try:
         require_current(db)

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pydantic import ValidationError
 
 from outbox_relay.config import Config
+from outbox_relay.config.databases import default_password_env
 from outbox_relay.config.env import PASSWORD_ENV, EnvLayer, merge, read_environment
 from outbox_relay.config.local_stack import resolve_local_stack
 from outbox_relay.errors import ConfigError
@@ -36,8 +37,27 @@ def _split_password(data: dict[str, Any], env: Mapping[str, str]) -> None:
         sslmode = parse_qs(parts.query).get("sslmode")
         if sslmode:
             pg.setdefault("sslmode", sslmode[0])
-    if env.get(PASSWORD_ENV):
-        pg["password"] = env[PASSWORD_ENV]
+    variable = pg.get("password_env") or PASSWORD_ENV
+    if isinstance(variable, str) and env.get(variable):
+        pg["password"] = env[variable]
+
+
+def _database_passwords(data: dict[str, Any], env: Mapping[str, str]) -> None:
+    """Each database's password, from the variable its entry names (never the profile)."""
+    entries = data.get("databases")
+    if not isinstance(entries, list):
+        return  # validation reports the wrong type
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue
+        if "password" in entry:
+            raise ConfigError(f"invalid config key databases.{i}.password: secrets are read "
+                              "from the variable password_env names, never from a profile")
+        name = entry.get("name")
+        variable = entry.get("password_env") or (
+            default_password_env(name) if isinstance(name, str) else None)
+        if isinstance(variable, str) and env.get(variable):
+            entry["password"] = env[variable]
 
 
 def _describe(exc: ValidationError, layer: EnvLayer) -> str:
@@ -70,14 +90,44 @@ def build_config(data: dict[str, Any], env: Mapping[str, str] | None = None) -> 
     data = merge(data, copy.deepcopy(layer.values))
     resolve_local_stack(data)
     _split_password(data, env)
+    _database_passwords(data, env)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, layer)) from None
 
 
-def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:
-    """Load a TOML profile (or only defaults and environment when path is None)."""
+def load_config(path: str | Path | None, env: Mapping[str, str] | None = None,
+                database: str | None = None) -> Config:
+    """Load a TOML profile (or only defaults and environment when path is None); with
+    `database`, that database's one-database profile (Config.for_database)."""
+    return select_database(_load(path, env), database)
+
+
+def select_database(config: Config, database: str | None) -> Config:
+    if database is None:
+        return config
+    if not config.many:
+        raise ConfigError(f"--database {database}: the profile names no databases "
+                          "([[databases]]); it relays [postgres]'s one")
+    try:
+        return config.for_database(database)
+    except KeyError:
+        raise ConfigError(f"--database {database}: the profile names no such database (it "
+                          f"names {', '.join(config.database_names())})") from None
+
+
+def one_database(config: Config) -> Config:
+    """`config`, which a command that acts on one database needs: ConfigError for a
+    profile of several databases that no --database narrowed."""
+    if config.many:
+        raise ConfigError(f"the profile names {len(config.databases)} databases "
+                          f"({', '.join(config.database_names())}): choose one with "
+                          "--database NAME")
+    return config
+
+
+def _load(path: str | Path | None, env: Mapping[str, str] | None) -> Config:
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -91,7 +141,8 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
 
 def to_json_without_secrets(config: Config) -> str:
     """The config for another process on the driver node; secrets stay in the environment."""
-    return config.model_dump_json(exclude={"postgres": {"password"}})
+    return config.model_dump_json(exclude={"postgres": {"password"},
+                                           "databases": {"__all__": {"password"}}})
 
 
 def from_json_without_secrets(text: str, env: Mapping[str, str] | None = None) -> Config:

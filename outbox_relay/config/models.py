@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, field_validator
 from outbox_relay.config.base import StrictModel
 from outbox_relay.config.checks import (
     at_most_bytes,
+    check_postgres_url,
     check_regex,
     keep_delivery_guarantees,
     keep_librdkafka_guarantees,
@@ -33,6 +34,9 @@ DEFAULT_TOP_TOPICS = 100
 class PostgresConfig(StrictModel):
     url: str = "postgresql://postgres@127.0.0.1:5432/postgres"
     password: SecretStr | None = None
+    # The variable the password is read from (unset: RELAY_POSTGRES_PASSWORD); each
+    # database of a profile of several has its own (outbox_relay.config.databases).
+    password_env: str | None = Field(None, min_length=1)
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
     connect_timeout_s: int = Field(10, ge=1)
     # The control plane's; unset, half the lock timeout (Config._derive_statement_timeout).
@@ -45,14 +49,7 @@ class PostgresConfig(StrictModel):
     @field_validator("url")
     @classmethod
     def _postgres_scheme(cls, value: str) -> str:
-        parts = urlsplit(value)
-        try:
-            parts.port  # noqa: B018 - urllib checks the port only when asked for it
-        except ValueError:
-            parts = parts._replace(scheme="")
-        if parts.scheme not in ("postgresql", "postgres"):
-            raise ValueError("must look like postgresql://user@host:port/database")
-        return value
+        return check_postgres_url(value)
 
     @property
     def _parts(self) -> Any:
@@ -261,6 +258,9 @@ class MetricsConfig(StrictModel):
     # (outbox_relay.observe.labels, for the counters and the exporter's gauges alike): a label
     # must not move once it exists, and 1,000s of topics would swamp Prometheus.
     max_label_topics: int = Field(DEFAULT_TOP_TOPICS, ge=1, le=100_000)
+    # A relay of several databases: the first N keep a `database` label of their own, the
+    # rest share `(other)` (outbox_relay.observe.databases), as topics do.
+    max_label_databases: int = Field(DEFAULT_TOP_TOPICS, ge=1, le=100_000)
 
     @field_validator("pushgateway_url")
     @classmethod

@@ -3,13 +3,16 @@ and how the environment names each key (loaded by outbox_relay.config.load)."""
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
-from pydantic import model_validator
+from pydantic import field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from outbox_relay.config.checks import check_lock_timeouts
+from outbox_relay.config.checks import at_most_bytes, check_lock_timeouts
+from outbox_relay.config.databases import SOURCE_SEPARATOR, DatabaseEntry, unique_names
 from outbox_relay.config.models import (
+    MAX_SOURCE_NAME_BYTES,
     KafkaConfig,
     LedgerConfig,
     MetricsConfig,
@@ -34,6 +37,8 @@ class Config(BaseSettings):
     relay: RelaySettings = RelaySettings()
     spark: SparkSettings = SparkSettings()
     metrics: MetricsConfig = MetricsConfig()
+    # Several outbox databases (outbox_relay.config.databases); none: [postgres]'s one.
+    databases: list[DatabaseEntry] = []
 
     @classmethod
     def settings_customise_sources(
@@ -66,3 +71,60 @@ class Config(BaseSettings):
         check_lock_timeouts(self.relay.lock_timeout_s, self.relay.heartbeat_interval_s,
                             self.postgres.statement_timeout_ms)
         return self
+
+    @field_validator("databases")
+    @classmethod
+    def _unique_databases(cls, value: list[DatabaseEntry]) -> list[DatabaseEntry]:
+        return unique_names(value)
+
+    @model_validator(mode="after")
+    def _short_database_sources(self) -> Config:
+        for i, entry in enumerate(self.databases):
+            try:
+                at_most_bytes(_source_of(self.relay.source_name, entry.name),
+                              MAX_SOURCE_NAME_BYTES)
+            except ValueError as exc:
+                raise ValueError(f"databases.{i}.name: with relay.source_name, {exc}") from None
+        return self
+
+    @property
+    def many(self) -> bool:
+        """Whether the profile names its databases ([[databases]]), even only one."""
+        return bool(self.databases)
+
+    def database_names(self) -> list[str]:
+        return [entry.name for entry in self.databases]
+
+    def for_database(self, name: str) -> Config:
+        """The one-database profile of database `name`: its URL, password and topic keys,
+        and its name in the source of its records and in its ledger's and checkpoint's
+        paths, so that no two databases' relays share state. KeyError: no such name."""
+        entry = next((e for e in self.databases if e.name == name), None)
+        if entry is None:
+            raise KeyError(name)
+        relay = self.relay
+        topics = {key: getattr(entry, key) for key in
+                  ("include_topics", "exclude_topics", "topic_rules")
+                  if getattr(entry, key) is not None}
+        return self.model_copy(update={
+            "databases": [],
+            "postgres": self.postgres.model_copy(update={
+                "url": entry.url, "password": entry.password,
+                "password_env": entry.password_variable}),
+            "relay": relay.model_copy(update={
+                **topics, "source_name": _source_of(relay.source_name, name),
+                "checkpoint_path": posixpath.join(relay.checkpoint_path, name)}),
+            "ledger": self.ledger.model_copy(update={
+                "path": posixpath.join(self.ledger.path, name)}),
+        })
+
+    def each_database(self) -> list[tuple[str | None, Config]]:
+        """(name, one-database profile) for every database the profile relays; a profile
+        without [[databases]] relays its one, unnamed."""
+        if not self.many:
+            return [(None, self)]
+        return [(name, self.for_database(name)) for name in self.database_names()]
+
+
+def _source_of(source_name: str, database: str) -> str:
+    return f"{source_name}{SOURCE_SEPARATOR}{database}"

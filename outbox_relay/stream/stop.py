@@ -35,6 +35,10 @@ class StopSignal:
         self._first: float | None = None
         self._count_lock = threading.Lock()
         self._budget_spent = False
+        # A relay of several databases: one child a database, each stopped by this one's
+        # request, budget or abort, and each aborted alone by its own database's failure.
+        self._parent: StopSignal | None = None
+        self._children: list[StopSignal] = []
 
     @property
     def requested(self) -> bool:
@@ -65,6 +69,7 @@ class StopSignal:
             os._exit(EXIT_AT_ONCE)
         log.warning("stop requested (%s): finishing the batch in flight", why)
         self._event.set()
+        self._tell_children()
 
     def abort(self, why: str) -> None:
         """After a failure that ends the run: every batch body and lane stops as for a stop
@@ -73,6 +78,7 @@ class StopSignal:
         if not self._event.is_set():
             log.warning("stopping everything that runs: %s", why)
         self._event.set()
+        self._tell_children()
 
     def run_out(self, why: str) -> None:
         """The drain's time budget is spent (outbox_relay.stream.budget): every batch body
@@ -82,8 +88,41 @@ class StopSignal:
         if not self._event.is_set():
             log.warning("%s: claiming nothing new, finishing the rounds in flight", why)
         self._event.set()
+        self._tell_children()
+
+    def child(self) -> StopSignal:
+        """A stop of one part of the run (a database's relay): whatever stops this one
+        stops it too, as that stop (a signal, a spent budget); its own abort stops it
+        alone. Signals reach the root (`root`), never a child."""
+        child = StopSignal()
+        child._parent = self
+        with self._count_lock:
+            self._children.append(child)
+        if self.requested:
+            child._follow(self)
+        return child
+
+    @property
+    def root(self) -> StopSignal:
+        return self if self._parent is None else self._parent.root
+
+    def _tell_children(self) -> None:
+        with self._count_lock:
+            children = list(self._children)
+        for child in children:
+            child._follow(self)
+
+    def _follow(self, parent: StopSignal) -> None:
+        with parent._count_lock:
+            first, spent = parent._first, parent._budget_spent
+        with self._count_lock:
+            self._first = self._first if self._first is not None else first
+            self._budget_spent = self._budget_spent or spent
+        self._event.set()
+        self._tell_children()
 
     def install(self) -> None:
+        assert self._parent is None, "signals reach the root"
         try:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
@@ -148,7 +187,7 @@ class JvmSignalForwarder:
 
 
 def forward_jvm_signals(spark: Any, stop: StopSignal) -> None:
-    _forward(spark.sparkContext._gateway, spark.sparkContext._jvm, stop)
+    _forward(spark.sparkContext._gateway, spark.sparkContext._jvm, stop.root)
 
 
 def forward_submitting_jvm_signals(stop: StopSignal) -> None:
