@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox_relay.observe.logs import LOG_FORMATS
+
+if TYPE_CHECKING:
+    from outbox_relay.config import Config
 
 CONFIG_ENV = "RELAY_CONFIG"
 LOG_LEVEL_ENV = "RELAY_LOG_LEVEL"
@@ -65,3 +68,18 @@ class CommandParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         add_global_options(self, defaults=False)
+
+
+def profile(args: argparse.Namespace) -> Config:
+    """The profile a command acts on: --config, every database of it unless --database
+    chose one."""
+    from outbox_relay.config.load import load_config
+
+    return load_config(args.config, database=args.database)
+
+
+def one_profile(args: argparse.Namespace) -> Config:
+    """The profile of a command that acts on one database."""
+    from outbox_relay.config.load import one_database
+
+    return one_database(profile(args))

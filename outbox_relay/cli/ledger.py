@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from outbox_relay.cli.profile import one_profile
 from outbox_relay.exit_codes import ExitCode
 from outbox_relay.launch.extras import require_spark_extra
+from outbox_relay.options import one_profile
 
 
 def _ledger(args: argparse.Namespace) -> int:

@@ -10,13 +10,13 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from outbox_relay.cli.profile import one_profile, profile
 from outbox_relay.config import DEFAULT_TOP_TOPICS
 from outbox_relay.control.db import Database
 from outbox_relay.control.migrate import require_current
 from outbox_relay.errors import RelayError, exit_code_for, first_line
 from outbox_relay.exit_codes import ExitCode
 from outbox_relay.observe.backlog import COUNT_BUDGET, EXACT_UP_TO
+from outbox_relay.options import one_profile, profile
 
 if TYPE_CHECKING:
     from outbox_relay.config import Config

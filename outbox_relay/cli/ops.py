@@ -7,13 +7,13 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from outbox_relay.cli.profile import one_profile
 from outbox_relay.control import parking, skipping
 from outbox_relay.control.db import Database
 from outbox_relay.control.locks import CLEAR_ERROR, FORCE_UNLOCK
 from outbox_relay.control.migrate import require_current
 from outbox_relay.control.pending import TopicFilter, pending_topics
 from outbox_relay.exit_codes import ExitCode
+from outbox_relay.options import one_profile
 
 Command = Callable[[argparse.Namespace], int]
 

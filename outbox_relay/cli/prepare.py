@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from outbox_relay.cli.profile import profile
 from outbox_relay.errors import RelayError, exit_code_for, first_line
 from outbox_relay.exit_codes import ExitCode
+from outbox_relay.options import profile
 
 
 def _migrate(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from pydantic import SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 
 from outbox_relay.config.base import StrictModel
 from outbox_relay.config.checks import check_postgres_url, check_regex
@@ -27,6 +27,11 @@ NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 PASSWORD_ENV_PREFIX = "RELAY_POSTGRES_PASSWORD_"
 # What joins the relay's source name and a database's name in its records' source header.
 SOURCE_SEPARATOR = "/"
+
+
+def source_of(source_name: str, database: str) -> str:
+    """The source name of a database's records: the relay's and the database's."""
+    return f"{source_name}{SOURCE_SEPARATOR}{database}"
 
 
 def default_password_env(name: str) -> str:
@@ -79,3 +84,30 @@ def unique_names(entries: list[DatabaseEntry]) -> list[DatabaseEntry]:
             raise ValueError(f"databases.{i}.name: {entry.name!r} names two databases")
         seen.add(entry.name)
     return entries
+
+
+CATALOG_PASSWORD_ENV = "RELAY_CATALOG_PASSWORD"
+
+
+class CatalogConfig(StrictModel):
+    """The databases listed by a query on a catalog database (a tenants table), read
+    again every `databases_refresh_s` by a continuous relay (outbox_relay.control.catalog).
+    The query returns a row per database with the columns `name` and `url`; each
+    database's password comes from `databases_password_env` if set (one for all), else
+    from the default variable of its name."""
+
+    url: str
+    password_env: str = Field(CATALOG_PASSWORD_ENV, min_length=1)
+    # Set at load from the variable password_env names, never from the profile.
+    password: SecretStr | None = None
+    query: str = Field(min_length=1)
+    databases_refresh_s: float = Field(30.0, gt=0)
+    databases_password_env: str | None = Field(None, min_length=1)
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, value: str) -> str:
+        if urlsplit(value).password is not None:
+            raise ValueError("carries a password, which only the variable password_env "
+                             f"names (default {CATALOG_PASSWORD_ENV}) may hold")
+        return check_postgres_url(value)

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pydantic import ValidationError
 
 from outbox_relay.config import Config
-from outbox_relay.config.databases import default_password_env
+from outbox_relay.config.databases import CATALOG_PASSWORD_ENV, default_password_env
 from outbox_relay.config.env import PASSWORD_ENV, EnvLayer, merge, read_environment
 from outbox_relay.config.local_stack import resolve_local_stack
 from outbox_relay.errors import ConfigError
@@ -43,7 +43,8 @@ def _split_password(data: dict[str, Any], env: Mapping[str, str]) -> None:
 
 
 def _database_passwords(data: dict[str, Any], env: Mapping[str, str]) -> None:
-    """Each database's password, from the variable its entry names (never the profile)."""
+    """Each database's password, and the catalog's, from the variable its entry names
+    (never from the profile)."""
     entries = data.get("databases")
     if not isinstance(entries, list):
         return  # validation reports the wrong type
@@ -58,6 +59,14 @@ def _database_passwords(data: dict[str, Any], env: Mapping[str, str]) -> None:
             default_password_env(name) if isinstance(name, str) else None)
         if isinstance(variable, str) and env.get(variable):
             entry["password"] = env[variable]
+    catalog = data.get("catalog")
+    if isinstance(catalog, dict):
+        if "password" in catalog:
+            raise ConfigError("invalid config key catalog.password: secrets are read from "
+                              "the variable password_env names, never from a profile")
+        variable = catalog.get("password_env") or CATALOG_PASSWORD_ENV
+        if isinstance(variable, str) and env.get(variable):
+            catalog["password"] = env[variable]
 
 
 def _describe(exc: ValidationError, layer: EnvLayer) -> str:
@@ -142,7 +151,8 @@ def _load(path: str | Path | None, env: Mapping[str, str] | None) -> Config:
 def to_json_without_secrets(config: Config) -> str:
     """The config for another process on the driver node; secrets stay in the environment."""
     return config.model_dump_json(exclude={"postgres": {"password"},
-                                           "databases": {"__all__": {"password"}}})
+                                           "databases": {"__all__": {"password"}},
+                                           "catalog": {"password"}})
 
 
 def from_json_without_secrets(text: str, env: Mapping[str, str] | None = None) -> Config:

@@ -10,7 +10,12 @@ from pydantic import field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from outbox_relay.config.checks import at_most_bytes, check_lock_timeouts
-from outbox_relay.config.databases import SOURCE_SEPARATOR, DatabaseEntry, unique_names
+from outbox_relay.config.databases import (
+    CatalogConfig,
+    DatabaseEntry,
+    source_of,
+    unique_names,
+)
 from outbox_relay.config.models import (
     MAX_SOURCE_NAME_BYTES,
     KafkaConfig,
@@ -37,8 +42,10 @@ class Config(BaseSettings):
     relay: RelaySettings = RelaySettings()
     spark: SparkSettings = SparkSettings()
     metrics: MetricsConfig = MetricsConfig()
-    # Several outbox databases (outbox_relay.config.databases); none: [postgres]'s one.
+    # Several outbox databases (outbox_relay.config.databases), listed here or by a
+    # catalog's query, or both; neither: [postgres]'s one.
     databases: list[DatabaseEntry] = []
+    catalog: CatalogConfig | None = None
 
     @classmethod
     def settings_customise_sources(
@@ -81,7 +88,7 @@ class Config(BaseSettings):
     def _short_database_sources(self) -> Config:
         for i, entry in enumerate(self.databases):
             try:
-                at_most_bytes(_source_of(self.relay.source_name, entry.name),
+                at_most_bytes(source_of(self.relay.source_name, entry.name),
                               MAX_SOURCE_NAME_BYTES)
             except ValueError as exc:
                 raise ValueError(f"databases.{i}.name: with relay.source_name, {exc}") from None
@@ -89,8 +96,9 @@ class Config(BaseSettings):
 
     @property
     def many(self) -> bool:
-        """Whether the profile names its databases ([[databases]]), even only one."""
-        return bool(self.databases)
+        """Whether the profile names its databases ([[databases]] or [catalog]), even if
+        only one."""
+        return bool(self.databases) or self.catalog is not None
 
     def database_names(self) -> list[str]:
         return [entry.name for entry in self.databases]
@@ -102,29 +110,31 @@ class Config(BaseSettings):
         entry = next((e for e in self.databases if e.name == name), None)
         if entry is None:
             raise KeyError(name)
+        return self.for_entry(entry)
+
+    def for_entry(self, entry: DatabaseEntry) -> Config:
+        """for_database of an entry the profile need not hold (a catalog's)."""
+        name = entry.name
         relay = self.relay
         topics = {key: getattr(entry, key) for key in
                   ("include_topics", "exclude_topics", "topic_rules")
                   if getattr(entry, key) is not None}
         return self.model_copy(update={
-            "databases": [],
+            "databases": [], "catalog": None,
             "postgres": self.postgres.model_copy(update={
                 "url": entry.url, "password": entry.password,
                 "password_env": entry.password_variable}),
             "relay": relay.model_copy(update={
-                **topics, "source_name": _source_of(relay.source_name, name),
+                **topics, "source_name": source_of(relay.source_name, name),
                 "checkpoint_path": posixpath.join(relay.checkpoint_path, name)}),
             "ledger": self.ledger.model_copy(update={
                 "path": posixpath.join(self.ledger.path, name)}),
         })
 
     def each_database(self) -> list[tuple[str | None, Config]]:
-        """(name, one-database profile) for every database the profile relays; a profile
-        without [[databases]] relays its one, unnamed."""
+        """(name, one-database profile) for every database the profile lists (a catalog's
+        are read at run time: outbox_relay.control.catalog); a profile without
+        [[databases]] nor [catalog] relays its one, unnamed."""
         if not self.many:
             return [(None, self)]
         return [(name, self.for_database(name)) for name in self.database_names()]
-
-
-def _source_of(source_name: str, database: str) -> str:
-    return f"{source_name}{SOURCE_SEPARATOR}{database}"

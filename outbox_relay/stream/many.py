@@ -1,60 +1,50 @@
-"""A relay of several outbox databases in one process (`[[databases]]`).
+"""A relay of several outbox databases in one process (`[[databases]]`, `[catalog]`).
 
 Each database has the whole control plane of a relay of one (outbox_relay.wiring's
 Relay: its connections, tokens, locks, claims, ledger and liveness) and runs as one does
-(outbox_relay.stream.runner), in a thread of its own: its rounds go through the driver's
-producer from the start, and its backlogs through Spark's executors once the one session
-all of them share is up (each database's streaming query is its own, in that session).
+(outbox_relay.stream.runner), in a thread of its own (outbox_relay.stream.database_run):
+its rounds go through the driver's producer from the start, and its backlogs through
+Spark's executors once the one session all of them share is up (each database's
+streaming query is its own, in that session).
 
 Isolation: a database's failure stops its own relay only (a child StopSignal each). A
 continuous relay tries a database it cannot reach, or whose run failed, again after a
 backoff, while the others relay on; a drain drains every database it reaches, and its
 exit code is that of the worst outcome among them (outbox_relay.exit_codes), so a
 database it could not reach makes the drain fail even when the others drained.
+
+A catalog is read at the start and, by a continuous relay, every `databases_refresh_s`:
+a database it adds starts relaying, one it removes is stopped as a stop signal stops a
+relay (its round in flight finishes, its locks are released). A catalog that cannot be
+read keeps the databases it listed last.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from outbox_relay.config import Config
-from outbox_relay.control.migrate import check_schema
-from outbox_relay.errors import RelayError, exit_code_for, first_line
+from outbox_relay.control.catalog import Catalog
+from outbox_relay.errors import RelayError, first_line
 from outbox_relay.exit_codes import ExitCode, Outcome, outcome_of
 from outbox_relay.launch.session import SparkSource
 from outbox_relay.observe.databases import DatabaseMetrics
 from outbox_relay.observe.serve import exported
-from outbox_relay.stream.runner import RunResult, run_relay
-from outbox_relay.stream.stats import RelayStats
+from outbox_relay.stream.database_run import DRAIN_ATTEMPTS, DatabaseOutcome, DatabaseRun
 from outbox_relay.stream.stop import StopSignal
 from outbox_relay.wiring import Relay, build_relay
 
 log = logging.getLogger(__name__)
 
-# A drain's attempts at a database it cannot reach, before it counts as unreachable.
-_DRAIN_ATTEMPTS = 3
 _SEVERITY = (Outcome.SUCCESS, Outcome.WARN, Outcome.RETRY, Outcome.FAIL)
-
-
-@dataclass
-class DatabaseOutcome:
-    """How one database's relay ended: its last run's result, or the error that kept it
-    from running (unreachable, not migrated)."""
-
-    name: str
-    result: RunResult | None = None
-    error: BaseException | None = None
-
-    @property
-    def exit_code(self) -> int:
-        if self.result is not None:
-            return self.result.exit_code
-        assert self.error is not None
-        return exit_code_for(self.error)
+# How often the supervisor looks at its databases' threads and the stop.
+_TICK_S = 0.5
+# The outcome of a catalog a drain could not read.
+CATALOG = "(catalog)"
 
 
 @dataclass
@@ -75,74 +65,95 @@ class ManyResult:
 
 def run_many(config: Config, available_now: bool, stop: StopSignal, source: SparkSource,
              started: float | None = None,
-             build: Callable[[Config], Relay] = lambda c: build_relay(c, None)) -> ManyResult:
+             build: Callable[[Config], Relay] = lambda c: build_relay(c, None),
+             env: Mapping[str, str] | None = None) -> ManyResult:
     """Relays every database of `config` until each drained (available-now) or `stop`."""
     began = time.monotonic()
     metrics = DatabaseMetrics(config.metrics.max_label_databases)
-    runs = [_DatabaseRun(name, one, available_now, stop.child(), source, started, build,
-                         metrics)
-            for name, one in config.each_database() if name is not None]
+
+    def start(name: str, one: Config) -> DatabaseRun:
+        run = DatabaseRun(name, one, available_now, stop.child(), source, started, build,
+                          metrics)
+        run.thread.start()
+        return run
+
+    catalog = Catalog(config, os.environ if env is None else env) if config.catalog else None
+    fleet = _Fleet(start)
     with exported(config.metrics, metrics.registry, available_now, config.relay.source_name):
-        threads = [threading.Thread(target=r.run, name=f"relay-db-{r.name}", daemon=True)
-                   for r in runs]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(0.5)
-    return ManyResult([r.outcome for r in runs], time.monotonic() - began)
-
-
-class _DatabaseRun:
-    def __init__(self, name: str, config: Config, available_now: bool, stop: StopSignal,
-                 source: SparkSource, started: float | None,
-                 build: Callable[[Config], Relay], metrics: DatabaseMetrics) -> None:
-        self.name = name
-        self.config = config
-        self.available_now = available_now
-        self.stop = stop
-        self.source = source
-        self.started = started
-        self.build = build
-        self.metrics = metrics
-        self.outcome = DatabaseOutcome(name)
-
-    def run(self) -> None:
-        settings = self.config.relay
-        pause = settings.backoff_base_s
-        attempts = 0
-        while not self.stop.requested:
-            attempts += 1
-            try:
-                self.outcome = DatabaseOutcome(self.name, result=self._once())
-            except Exception as exc:  # this database's alone: the others relay on
-                self.outcome = DatabaseOutcome(self.name, error=exc)
-                if not isinstance(exc, RelayError):
-                    log.exception("database %s: the relay failed", self.name)
-            if self.outcome.error is None:
-                assert self.outcome.result is not None
-                if self.available_now or self.outcome.result.exit_code == ExitCode.OK:
-                    return  # drained, or stopped
-                attempts, pause = 0, settings.backoff_base_s  # it had run: start over
-            if self.available_now and attempts >= _DRAIN_ATTEMPTS:
-                return
-            why = (first_line(self.outcome.error) if self.outcome.error is not None
-                   else f"its run ended with exit code {self.outcome.exit_code}")
-            wait = min(pause, 1.0) if self.available_now else pause
-            log.warning("database %s: %s; trying it again in %.0f s", self.name, why, wait)
-            if self.stop.wait(wait):
-                return
-            pause = min(pause * 2, settings.backoff_max_s)
-
-    def _once(self) -> RunResult:
-        check_schema(self.config.postgres)
-        relay = self.build(self.config)
-        self.metrics.add(self.name, relay.metrics.registry)
         try:
-            if self.stop.requested:
-                return RunResult(ExitCode.INTERRUPTED if self.available_now else ExitCode.OK,
-                                 RelayStats(), 0.0, [])
-            return run_relay(relay, self.available_now, self.stop, None, self.source,
-                             self.started)
+            _supervise(config, available_now, stop, fleet, catalog)
         finally:
-            relay.close()
+            fleet.join()
+            if catalog is not None:
+                catalog.close()
+    return ManyResult(fleet.outcomes(), time.monotonic() - began)
+
+
+def _supervise(config: Config, available_now: bool, stop: StopSignal, fleet: _Fleet,
+               catalog: Catalog | None) -> None:
+    listed = {name: one for name, one in config.each_database() if name is not None}
+    cataloged: dict[str, Config] = {}
+    next_read = 0.0
+    while True:
+        if catalog is not None and time.monotonic() >= next_read:
+            read = _read(catalog, attempts=DRAIN_ATTEMPTS if available_now else 1)
+            if isinstance(read, BaseException):
+                if available_now:
+                    fleet.failed(CATALOG, read)
+            else:
+                cataloged = read
+            next_read = time.monotonic() + catalog.refresh_s
+        # A database in both is the profile's: its entry is the one a person wrote.
+        fleet.ensure({**cataloged, **listed})
+        if available_now or stop.wait(_TICK_S):
+            return
+
+
+def _read(catalog: Catalog, attempts: int) -> dict[str, Config] | BaseException:
+    for attempt in range(1, attempts + 1):
+        try:
+            return catalog.read()
+        except RelayError as exc:
+            log.warning("catalog: cannot read the databases (attempt %d of %d): %s",
+                        attempt, attempts, first_line(exc))
+            if attempt == attempts:
+                return exc
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
+class _Fleet:
+    """The running databases, by name, and the outcomes of those that ended."""
+
+    def __init__(self, start: Callable[[str, Config], DatabaseRun]) -> None:
+        self._start = start
+        self._runs: dict[str, DatabaseRun] = {}
+        self._leaving: list[DatabaseRun] = []
+        self._failures: list[DatabaseOutcome] = []
+
+    def ensure(self, wanted: dict[str, Config]) -> None:
+        for name, run in list(self._runs.items()):
+            if wanted.get(name) != run.config:
+                # Removed, or its entry changed: stopped first, started again (if still
+                # wanted) once its round in flight ended, since both share its paths.
+                log.warning("database %s: %s; stopping its relay", name,
+                            "no longer listed" if name not in wanted else "its entry changed")
+                run.stop.abort(f"database {name} is no longer relayed as it was")
+                self._leaving.append(self._runs.pop(name))
+        leaving = {r.name for r in self._leaving if r.thread.is_alive()}
+        for name, one in wanted.items():
+            if name not in self._runs and name not in leaving:
+                self._runs[name] = self._start(name, one)
+
+    def failed(self, name: str, error: BaseException) -> None:
+        self._failures.append(DatabaseOutcome(name, error=error))
+
+    def join(self) -> None:
+        for run in [*self._runs.values(), *self._leaving]:
+            while run.thread.is_alive():
+                run.thread.join(_TICK_S)
+
+    def outcomes(self) -> list[DatabaseOutcome]:
+        """Each database's last outcome, in the order they started; a catalog a drain
+        could not read last."""
+        return [r.outcome for r in self._runs.values()] + self._failures

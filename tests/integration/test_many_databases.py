@@ -10,9 +10,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg2
 import pytest
@@ -38,74 +36,16 @@ from tests.integration.helpers import (
     unique,
     wait_for,
 )
+from tests.integration.many import (
+    SOURCE,
+    SOURCE_HEADER,
+    Databases,
+    migrate_url,
+    profile_data,
+    profile_toml,
+)
 
 pytestmark = pytest.mark.integration
-
-SOURCE = "test-many"
-SOURCE_HEADER = "outbox-relay.source"
-Databases = Callable[[int], list[tuple[str, str]]]
-
-
-@pytest.fixture
-def databases(stack: StackInfo) -> Iterator[Databases]:
-    """`make(n)`: n new databases of the stack's server, (name, url) each, unmigrated."""
-    admin = psycopg2.connect(stack.postgres_url)
-    admin.autocommit = True
-    made: list[str] = []
-    base = stack.postgres_url.rpartition("/")[0]
-
-    def make(n: int) -> list[tuple[str, str]]:
-        out = []
-        for i in range(n):
-            name = f"m_{uuid.uuid4().hex[:10]}"
-            with admin.cursor() as cur:
-                cur.execute(f'CREATE DATABASE "{name}"')  # a generated identifier
-            made.append(name)
-            out.append((f"db-{i}", f"{base}/{name}"))
-        return out
-
-    yield make
-    with admin.cursor() as cur:
-        for name in made:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
-
-
-def _profile(stack: StackInfo, tmp_path: Path, entries: list[tuple[str, str]],
-             topics: list[str], **relay: Any) -> dict[str, Any]:
-    return {
-        "postgres": {"sslmode": "disable"},
-        "kafka": {"bootstrap_servers": stack.kafka_bootstrap, "delivery_timeout_ms": 20000,
-                  "request_timeout_ms": 10000, "admin_timeout_s": 5},
-        "ledger": {"path": str(tmp_path / "ledger"), "flush_interval_s": 2},
-        "relay": {"source_name": SOURCE, "checkpoint_path": str(tmp_path / "checkpoint"),
-                  "poll_interval_s": 0.1, "lock_timeout_s": 20, "heartbeat_interval_s": 2,
-                  "backoff_base_s": 0.5, "backoff_max_s": 2, "available_now_deadline_s": 5,
-                  "include_topics": [t.replace(".", "\\.") for t in topics], **relay},
-        "databases": [{"name": name, "url": url} for name, url in entries],
-    }
-
-
-def _toml(data: dict[str, Any], path: Path) -> Path:
-    lines: list[str] = []
-    for section in ("postgres", "kafka", "ledger", "relay"):
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {_value(v)}" for k, v in data[section].items()]
-    for entry in data["databases"]:
-        lines.append("[[databases]]")
-        lines += [f"{k} = {_value(v)}" for k, v in entry.items()]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\") + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    return str(v)
 
 
 def _migrate(profile: Path, capsys: pytest.CaptureFixture[str]) -> str:
@@ -151,8 +91,8 @@ def test_one_drain_relays_eight_databases_each_in_key_order_and_each_ledger_hold
     own = [f"{shared[0]}.own{i}" for i in range(len(entries))]
     create_topics(stack.kafka_bootstrap, {**dict.fromkeys(shared, 3), **dict.fromkeys(own, 2)})
     # Claims above 40 rows are Spark's: both lanes carry every database's records.
-    data = _profile(stack, tmp_path, entries, [*shared, *own], direct_max_rows=40)
-    profile = _toml(data, tmp_path / "many.toml")
+    data = profile_data(stack, tmp_path, entries, [*shared, *own], direct_max_rows=40)
+    profile = profile_toml(data, tmp_path / "many.toml")
     migrated = _migrate(profile, capsys)
     assert [ln.split(":")[0] for ln in migrated.splitlines()] == [
         f"database {name}" for name, _ in entries]
@@ -186,7 +126,8 @@ def test_status_shows_every_database_and_a_verb_acts_on_the_one_named(
 ) -> None:
     entries = databases(2)
     topic = unique("many")
-    profile = _toml(_profile(stack, tmp_path, entries, [topic]), tmp_path / "many.toml")
+    profile = profile_toml(profile_data(stack, tmp_path, entries, [topic]),
+                           tmp_path / "many.toml")
     _migrate(profile, capsys)
     insert(entries[1][1], [[Msg(topic, b"k", b"v")]])
 
@@ -217,10 +158,10 @@ def test_a_continuous_relay_relays_the_others_while_one_database_is_missing_and_
     topic = unique("many")
     create_topics(stack.kafka_bootstrap, {topic: 3})
     everyone = [*entries, ("late", late_url)]
-    data = _profile(stack, tmp_path, everyone, [topic])
+    data = profile_data(stack, tmp_path, everyone, [topic])
     config = build_config(data, env={})
     for _, url in entries:
-        cli_db_migrate(url)
+        migrate_url(url)
     stop = StopSignal()
     results: list[ManyResult] = []
     runner = threading.Thread(target=lambda: results.append(_run(config, spark, False, stop)),
@@ -238,7 +179,7 @@ def test_a_continuous_relay_relays_the_others_while_one_database_is_missing_and_
         with admin.cursor() as cur:
             cur.execute(f'CREATE DATABASE "{late_name}"')
         admin.close()
-        cli_db_migrate(late_url)
+        migrate_url(late_url)
         msgs = every_key_shape([topic], 12)
         written["late"] = dict(zip(insert(late_url, [msgs]), msgs, strict=True))
         assert wait_for(lambda: query(late_url, "SELECT count(*) FROM kafka_messages")
@@ -264,9 +205,9 @@ def test_a_drain_drains_every_database_it_reaches_and_says_one_was_not(
     topic = unique("many")
     create_topics(stack.kafka_bootstrap, {topic: 3})
     gone = ("gone", entries[0][1].rpartition("/")[0] + "/m_never_created")
-    data = _profile(stack, tmp_path, [entries[0], gone, entries[1]], [topic])
+    data = profile_data(stack, tmp_path, [entries[0], gone, entries[1]], [topic])
     for _, url in entries:
-        cli_db_migrate(url)
+        migrate_url(url)
     msgs = every_key_shape([topic], 30)
     written = {name: dict(zip(insert(url, [msgs]), msgs, strict=True))
                for name, url in entries}
@@ -282,15 +223,3 @@ def test_a_drain_drains_every_database_it_reaches_and_says_one_was_not(
     assert codes["db-0"] == codes["db-1"] == ExitCode.OK
     assert codes["gone"] != ExitCode.OK
     assert result.exit_code == codes["gone"]
-
-
-def cli_db_migrate(url: str) -> None:
-    config = build_config({"postgres": {"url": url}}, env={})
-    from outbox_relay.control.db import Database
-    from outbox_relay.control.migrate import migrate
-
-    db = Database(config.postgres)
-    try:
-        migrate(db)
-    finally:
-        db.close()
