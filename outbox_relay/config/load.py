@@ -46,9 +46,8 @@ def _database_passwords(data: dict[str, Any], env: Mapping[str, str]) -> None:
     """Each database's password, and the catalog's, from the variable its entry names
     (never from the profile)."""
     entries = data.get("databases")
-    if not isinstance(entries, list):
-        return  # validation reports the wrong type
-    for i, entry in enumerate(entries):
+    # Validation reports a wrong type.
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
         if not isinstance(entry, dict):
             continue
         if "password" in entry:

@@ -179,3 +179,18 @@ def test_several_relays_metrics_are_one_exposition_with_a_capped_database_label(
     }
     metrics.add("a", _registry(5, 50))  # its relay built again
     assert _samples(metrics)[("relay_sent_total", "a")] == 5
+
+
+def test_a_catalog_makes_a_profile_of_several_and_keeps_its_password_out_of_the_json() -> None:
+    config = build_config({"catalog": {"url": "postgresql://relay@catalog/tenants",
+                                       "query": "SELECT name, url FROM tenants"}},
+                          env={"RELAY_CATALOG_PASSWORD": "c4t"})
+    assert config.many and config.database_names() == []
+    assert config.catalog is not None and config.catalog.password is not None
+    assert config.catalog.password.get_secret_value() == "c4t"
+    assert "c4t" not in to_json_without_secrets(config)
+    with pytest.raises(ConfigError, match=r"catalog\.password: secrets are read"):
+        build_config({"catalog": {"url": "postgresql://h/t", "query": "q", "password": "x"}},
+                     env={})
+    with pytest.raises(ConfigError, match=r"invalid config key catalog\.query"):
+        build_config({"catalog": {"url": "postgresql://h/t", "query": ""}}, env={})
