@@ -23,7 +23,7 @@ from outbox_relay.launch.spark_jars import (
     own_spark_conf_dir,
 )
 from outbox_relay.observe.logs import configure_logging
-from outbox_relay.options import add_global_options
+from outbox_relay.options import add_global_options, profile
 from outbox_relay.stream.budget import budget_seconds
 from outbox_relay.stream.stop import StopSignal, forward_submitting_jvm_signals
 
@@ -221,10 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signals = threading.Thread(target=_take_stop_signals, args=(stop,),
                                    name="relay-stop-signals", daemon=True)
         signals.start()
-        from outbox_relay.config.load import load_config
-
-        config = _with_time_budget(load_config(args.config, database=args.database),
-                                   args.time_budget_s)
+        config = _with_time_budget(profile(args), args.time_budget_s)
         relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now,
                                                   before_launch=signals.join)
         if relaunched is not None:

@@ -72,10 +72,15 @@ class CommandParser(argparse.ArgumentParser):
 
 def profile(args: argparse.Namespace) -> Config:
     """The profile a command acts on: --config, every database of it unless --database
-    chose one."""
+    chose one (the profile's, or one its catalog lists)."""
     from outbox_relay.config.load import load_config
 
-    return load_config(args.config, database=args.database)
+    config = load_config(args.config)
+    if args.database is None:
+        return config
+    from outbox_relay.control.catalog import database_config
+
+    return database_config(config, args.database, os.environ)
 
 
 def one_profile(args: argparse.Namespace) -> Config:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -11,6 +12,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from outbox_relay.config import DEFAULT_TOP_TOPICS
+from outbox_relay.control.catalog import every_database
 from outbox_relay.control.db import Database
 from outbox_relay.control.migrate import require_current
 from outbox_relay.errors import RelayError, exit_code_for, first_line
@@ -72,7 +74,7 @@ def print_status(config: Config, *, as_json: bool = False, thresholds: Threshold
     thresholds = thresholds or Thresholds()
     code: int = ExitCode.OK
     documents: dict[str, object] = {}
-    for name, one in config.each_database():
+    for name, one in every_database(config, os.environ):
         try:
             snapshot = _snapshot(one, with_rates, exact_up_to, count_budget)
         except RelayError as exc:

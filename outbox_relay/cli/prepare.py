@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from outbox_relay.errors import RelayError, exit_code_for, first_line
@@ -13,11 +14,12 @@ from outbox_relay.options import profile
 def _migrate(args: argparse.Namespace) -> int:
     """Every database of the profile (or the one --database names), each on its own: one
     that fails is reported, and the others are migrated still."""
+    from outbox_relay.control.catalog import every_database
     from outbox_relay.control.db import Database
     from outbox_relay.control.migrate import migrate
 
     code: int = ExitCode.OK
-    for name, config in profile(args).each_database():
+    for name, config in every_database(profile(args), os.environ):
         where = "" if name is None else f"database {name}: "
         try:
             db = Database(config.postgres, "outbox-relay-migrate")

@@ -37,9 +37,7 @@ def _split_password(data: dict[str, Any], env: Mapping[str, str]) -> None:
         sslmode = parse_qs(parts.query).get("sslmode")
         if sslmode:
             pg.setdefault("sslmode", sslmode[0])
-    variable = pg.get("password_env") or PASSWORD_ENV
-    if isinstance(variable, str) and env.get(variable):
-        pg["password"] = env[variable]
+    _from_variable(pg, PASSWORD_ENV, env)
 
 
 def _database_passwords(data: dict[str, Any], env: Mapping[str, str]) -> None:
@@ -48,24 +46,25 @@ def _database_passwords(data: dict[str, Any], env: Mapping[str, str]) -> None:
     entries = data.get("databases")
     # Validation reports a wrong type.
     for i, entry in enumerate(entries if isinstance(entries, list) else []):
-        if not isinstance(entry, dict):
-            continue
-        if "password" in entry:
-            raise ConfigError(f"invalid config key databases.{i}.password: secrets are read "
-                              "from the variable password_env names, never from a profile")
-        name = entry.get("name")
-        variable = entry.get("password_env") or (
-            default_password_env(name) if isinstance(name, str) else None)
-        if isinstance(variable, str) and env.get(variable):
-            entry["password"] = env[variable]
+        if isinstance(entry, dict):
+            name = entry.get("name")
+            _from_variable(entry, default_password_env(name) if isinstance(name, str) else None,
+                           env, f"databases.{i}")
     catalog = data.get("catalog")
     if isinstance(catalog, dict):
-        if "password" in catalog:
-            raise ConfigError("invalid config key catalog.password: secrets are read from "
-                              "the variable password_env names, never from a profile")
-        variable = catalog.get("password_env") or CATALOG_PASSWORD_ENV
-        if isinstance(variable, str) and env.get(variable):
-            catalog["password"] = env[variable]
+        _from_variable(catalog, CATALOG_PASSWORD_ENV, env, "catalog")
+
+
+def _from_variable(table: dict[str, Any], default: str | None, env: Mapping[str, str],
+                   key: str | None = None) -> None:
+    """`table`'s password from the variable its password_env names (else `default`); a
+    table `key` names must not hold one itself."""
+    if key is not None and "password" in table:
+        raise ConfigError(f"invalid config key {key}.password: secrets are read from the "
+                          "variable password_env names, never from a profile")
+    variable = table.get("password_env") or default
+    if isinstance(variable, str) and env.get(variable):
+        table["password"] = env[variable]
 
 
 def _describe(exc: ValidationError, layer: EnvLayer) -> str:
@@ -105,14 +104,9 @@ def build_config(data: dict[str, Any], env: Mapping[str, str] | None = None) -> 
         raise ConfigError(_describe(exc, layer)) from None
 
 
-def load_config(path: str | Path | None, env: Mapping[str, str] | None = None,
-                database: str | None = None) -> Config:
-    """Load a TOML profile (or only defaults and environment when path is None); with
-    `database`, that database's one-database profile (Config.for_database)."""
-    return select_database(_load(path, env), database)
-
-
 def select_database(config: Config, database: str | None) -> Config:
+    """`database`'s one-database profile (Config.for_database) when it is given; a
+    catalog's databases: outbox_relay.control.catalog.database_config."""
     if database is None:
         return config
     if not config.many:
@@ -129,13 +123,15 @@ def one_database(config: Config) -> Config:
     """`config`, which a command that acts on one database needs: ConfigError for a
     profile of several databases that no --database narrowed."""
     if config.many:
-        raise ConfigError(f"the profile names {len(config.databases)} databases "
-                          f"({', '.join(config.database_names())}): choose one with "
-                          "--database NAME")
+        listed = (f"names {len(config.databases)} databases "
+                  f"({', '.join(config.database_names())})" if config.databases else
+                  "lists its databases in a catalog")
+        raise ConfigError(f"the profile {listed}: choose one with --database NAME")
     return config
 
 
-def _load(path: str | Path | None, env: Mapping[str, str] | None) -> Config:
+def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:
+    """Load a TOML profile (or only defaults and environment when path is None)."""
     data: dict[str, Any] = {}
     if path is not None:
         try:

@@ -16,6 +16,7 @@ from pydantic import SecretStr, ValidationError
 from outbox_relay.config import MAX_SOURCE_NAME_BYTES, Config
 from outbox_relay.config.checks import at_most_bytes
 from outbox_relay.config.databases import DatabaseEntry, source_of
+from outbox_relay.config.load import select_database
 from outbox_relay.control.db import Database
 from outbox_relay.errors import ConfigError
 
@@ -68,6 +69,39 @@ class Catalog:
 
     def close(self) -> None:
         self._db.close()
+
+
+def every_database(config: Config, env: Mapping[str, str]) -> list[tuple[str | None, Config]]:
+    """Config.each_database, with the databases a catalog lists now after the profile's
+    own (a name in both is the profile's)."""
+    listed = config.each_database()
+    if config.catalog is None:
+        return listed
+    names = {name for name, _ in listed}
+    return listed + [(name, one) for name, one in sorted(_read_once(config, env).items())
+                     if name not in names]
+
+
+def database_config(config: Config, name: str, env: Mapping[str, str]) -> Config:
+    """The one-database profile of `name`, the profile's or its catalog's."""
+    try:
+        return select_database(config, name)
+    except ConfigError:
+        if config.catalog is None:
+            raise
+    found = _read_once(config, env).get(name)
+    if found is None:
+        raise ConfigError(f"--database {name}: neither the profile nor its catalog lists "
+                          "such a database")
+    return found
+
+
+def _read_once(config: Config, env: Mapping[str, str]) -> dict[str, Config]:
+    catalog = Catalog(config, env)
+    try:
+        return catalog.read()
+    finally:
+        catalog.close()
 
 
 def _reason(exc: Exception) -> str:
