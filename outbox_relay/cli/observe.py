@@ -18,9 +18,11 @@ from outbox_relay.control.migrate import require_current
 from outbox_relay.errors import RelayError, exit_code_for, first_line
 from outbox_relay.exit_codes import ExitCode
 from outbox_relay.observe.backlog import COUNT_BUDGET, EXACT_UP_TO
-from outbox_relay.options import one_profile, profile
+from outbox_relay.options import profile
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from outbox_relay.config import Config
     from outbox_relay.observe.report import Thresholds
     from outbox_relay.observe.status import Snapshot
@@ -114,22 +116,26 @@ def _snapshot(config: Config, with_rates: bool, exact_up_to: int,
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+    """One database's outbox state, or, for a profile of several (and no --database),
+    every database's in one exposition with a `database` label
+    (outbox_relay.observe.databases); a database it cannot read shows as
+    outbox_relay_database_up 0 there."""
+    from prometheus_client import generate_latest, start_http_server
 
-    from outbox_relay.observe.collector import StatusCollector
+    from outbox_relay.observe.databases import DatabaseMetrics
 
-    config = one_profile(args)
-    db = Database(config.postgres, "outbox-relay-metrics")
-    try:
-        require_current(db)
-    except RelayError:
-        db.close()
-        raise
-    registry = CollectorRegistry(auto_describe=False)
+    config = profile(args)
     limit = args.max_label_topics or config.metrics.max_label_topics
-    registry.register(StatusCollector(db, config.relay.lock_timeout_s, config.ledger.path,
-                                      max_label_topics=limit))
+    opened = _opened(config)
     try:
+        if config.many:
+            merged = DatabaseMetrics(config.metrics.max_label_databases)
+            for name, db, one in opened:
+                merged.add(str(name), _status_registry(db, one, limit))
+            registry = merged.registry
+        else:
+            [(_, db, one)] = opened
+            registry = _status_registry(db, one, limit)
         if args.once:
             sys.stdout.write(generate_latest(registry).decode("utf-8"))
             return ExitCode.OK
@@ -144,7 +150,36 @@ def _serve(args: argparse.Namespace) -> int:
         thread.join(timeout=5)
         return ExitCode.OK
     finally:
-        db.close()
+        for _, db, _ in opened:
+            db.close()
+
+
+def _opened(config: Config) -> list[tuple[str | None, Database, Config]]:
+    """A connection to each database, its schema checked: a profile of one fails on a
+    stale schema; one of several says so, and serves the others."""
+    opened: list[tuple[str | None, Database, Config]] = []
+    for name, one in every_database(config, os.environ):
+        db = Database(one.postgres, "outbox-relay-metrics")
+        try:
+            require_current(db)
+        except RelayError as exc:
+            if name is None:
+                db.close()
+                raise
+            print(f"database {name}: {first_line(exc)}", file=sys.stderr)
+        opened.append((name, db, one))
+    return opened
+
+
+def _status_registry(db: Database, config: Config, limit: int) -> CollectorRegistry:
+    from prometheus_client import CollectorRegistry
+
+    from outbox_relay.observe.collector import StatusCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(db, config.relay.lock_timeout_s, config.ledger.path,
+                                      max_label_topics=limit))
+    return registry
 
 
 def _wait_for_stop() -> None:
