@@ -3,7 +3,7 @@
 A relay without a Spark session yet sends by the driver's producer while the session is
 built beside it (outbox_relay.stream.before_spark); once it is up, the streaming query is
 the frame of the rounds (outbox_relay.stream.query). A drain those first rounds finish
-never builds one.
+never builds one, unless Spark writes its ledger (the end's copy needs it).
 """
 
 from __future__ import annotations
