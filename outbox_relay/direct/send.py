@@ -38,6 +38,16 @@ REFUSED_FOR_GOOD = frozenset({
     KafkaError.INVALID_MSG, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.TOPIC_EXCEPTION,
     KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT,
 })
+# What a record's reason starts with when the producer's fatal error ended its write: the
+# gap-less guarantee makes a broker's refusal fatal, and the culprit's report may then
+# say only that (outbox_relay.stream.direct_lane isolates it).
+STOPPED = "the producer stopped: "
+
+
+def stopped(reason: str) -> bool:
+    return reason.startswith(STOPPED)
+
+
 # Never handed to Kafka: no copy of the record can be there.
 NEVER_SENT = frozenset({KafkaError._PURGE_QUEUE})
 _QUEUE_FULL_PAUSE_S = 0.05
@@ -56,12 +66,14 @@ class Sent:
     fatal: str | None = None  # the producer's fatal error, if one ended it
 
     def failure(self, ids: Sequence[int]) -> str | None:
-        """The first reason among `ids`, in id order (None: all acknowledged)."""
+        """The reason among `ids` that says most: a refusal for good, else the producer's
+        stop, else the first in id order (None: all acknowledged). A culprit's
+        neighbours in other partitions may come first in id order, purged because of it."""
+        reasons = [r for i in sorted(ids) if (r := self.refused.get(i) or self.unknown.get(i))]
         for i in sorted(ids):
-            reason = self.refused.get(i) or self.unknown.get(i)
-            if reason is not None:
-                return reason
-        return None
+            if i in self.refused_for_good:
+                return self.refused[i]
+        return next((r for r in reasons if stopped(r)), reasons[0] if reasons else None)
 
 
 def describe(err: KafkaError) -> str:
@@ -122,7 +134,7 @@ class Sender:
         self._wait(pending.producer, time.monotonic() + timeout_s, sent)
         for i in pending.ids:  # no report at all (the producer died): it may be in Kafka
             if i not in sent.acknowledged and i not in sent.refused and i not in sent.unknown:
-                sent.unknown[i] = sent.fatal or "no delivery report"
+                sent.unknown[i] = STOPPED + sent.fatal if sent.fatal else "no delivery report"
         if sent.fatal is not None and self._producer is pending.producer:
             log.warning("the direct lane's producer stopped (%s): a new one takes the next "
                         "write", sent.fatal)
@@ -184,7 +196,7 @@ def _report(sent: Sent, outbox_id: int, err: KafkaError | None) -> None:
     if code in REFUSED_FOR_GOOD or code in NEVER_SENT:
         _refuse(sent, outbox_id, err)
     else:
-        sent.unknown[outbox_id] = describe(err)
+        sent.unknown[outbox_id] = (STOPPED if err.fatal() else "") + describe(err)
     if err.fatal():
         sent.fatal = sent.fatal or describe(err)
 

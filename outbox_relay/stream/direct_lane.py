@@ -27,9 +27,9 @@ from outbox_relay.control.db import Database
 from outbox_relay.control.kafka_admin import KafkaAdmin
 from outbox_relay.direct.read import read_batch
 from outbox_relay.direct.records import Record, to_records
-from outbox_relay.direct.send import Sender, Sent
+from outbox_relay.direct.send import Sender, Sent, stopped
 from outbox_relay.rules.partitioners import Partitioner
-from outbox_relay.stream.failures import failure_kind
+from outbox_relay.stream.failures import failure_kind, refused_for_good
 from outbox_relay.stream.isolate import Isolation, isolate
 from outbox_relay.stream.settle import Outcome, Settlement, outage
 
@@ -155,8 +155,12 @@ class DirectLane:
         acked = sorted(r.id for r in mine if r.id in sent.acknowledged)
         pending = [r for r in mine if r.id not in sent.acknowledged]
         refused = [r.id for r in pending if r.id in sent.refused_for_good]
-        if not refused:
-            down = outage(self._admin, failure)
+        down = None if refused else outage(self._admin, failure)
+        # A producer stopped by a fatal error (the gap-less guarantee makes a broker's
+        # refusal fatal) may report its culprit only as stopped, and the rest as purged:
+        # unless Kafka is down, isolation finds the culprit, as the Spark lane's does, so
+        # that a refusal for good frees what the session withholds behind it.
+        if not refused and (sent.fatal is None or down is not None):
             log.warning("topic %s: %d of %d record(s) not acknowledged: %s", claim.topic,
                         len(pending), len(mine), down or failure)
             return Isolation(delivered=acked, reason=down or failure, attempts=1)
@@ -168,6 +172,8 @@ class DirectLane:
 
         # The refusal's own words start the isolation: the first report of a write the
         # producer stopped may say only that it stopped.
-        result = isolate(sorted(by_id), sent.refused[refused[0]], resend)
+        reason = sent.refused[refused[0]] if refused else failure
+        result = isolate(sorted(by_id), reason, resend,
+                         lambda why: refused_for_good(why) or stopped(why))
         result.delivered = acked + result.delivered
         return result

@@ -31,8 +31,10 @@ class Isolation:
 Send = Callable[[int, int], str | None]  # (first id, last id) -> failure reason or None
 
 
-def isolate(ids: Sequence[int], first_reason: str, send: Send) -> Isolation:
-    """`ids` failed as a whole with `first_reason`; narrow it down to one message.
+def isolate(ids: Sequence[int], first_reason: str, send: Send,
+            narrows: Callable[[str], bool] = refused_for_good) -> Isolation:
+    """`ids` failed as a whole with `first_reason`; narrow it down to one message while
+    the failure is one that `narrows` (a refusal for good, unless told otherwise).
 
     Stops early on an outage-like failure: bisecting during an outage only re-sends.
     """
@@ -40,7 +42,7 @@ def isolate(ids: Sequence[int], first_reason: str, send: Send) -> Isolation:
     lo, hi = 0, len(ids) - 1
     narrowed = False
     while lo < hi:
-        if not refused_for_good(result.reason):
+        if not narrows(result.reason):
             return result
         mid = (lo + hi) // 2
         failure = send(ids[lo], ids[mid])
@@ -54,7 +56,7 @@ def isolate(ids: Sequence[int], first_reason: str, send: Send) -> Isolation:
             hi = mid
     if not ids:
         return result
-    if len(ids) > 1 and not narrowed and refused_for_good(result.reason):
+    if len(ids) > 1 and not narrowed and narrows(result.reason):
         # The last failure covered neighbours too, whose errors only echo the culprit's;
         # one send of the culprit alone confirms it and gives its own reason.
         own = send(ids[lo], ids[lo])

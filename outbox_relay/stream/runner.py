@@ -3,7 +3,7 @@
 A relay without a Spark session yet sends by the driver's producer while the session is
 built beside it (outbox_relay.stream.before_spark); once it is up, the streaming query is
 the frame of the rounds (outbox_relay.stream.query). A drain those first rounds finish
-never builds one.
+never builds one, unless Spark writes its ledger (the end's copy needs it).
 """
 
 from __future__ import annotations
@@ -138,7 +138,10 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO |
         budget.cancel()
         failure = (current[-1].failure if current else None) or error
         # A drain its budget ended copies as a drain's end does; a stop signal does not.
-        flusher.stop(copy_now=not stop.requested or (stop.ran_out and failure is None))
+        copy_now = not stop.requested or (stop.ran_out and failure is None)
+        if copy_now and relay.spark is None and relay.ledger.in_jvm and source is not None:
+            _session_for_the_ledger(relay, source)
+        flusher.stop(copy_now=copy_now)
         if line is not None:
             line.close(stats)
     remaining: list[TopicState] = []
@@ -154,6 +157,18 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO |
     spent = budget.seconds if stop.ran_out and remaining else None
     return RunResult(code, stats, time.monotonic() - started, remaining, unverified,
                      None if spent is None else describe(spent))
+
+
+def _session_for_the_ledger(relay: Relay, source: SparkSource) -> None:
+    """A run that ended without Spark (a drain the driver's producer finished) whose
+    ledger Spark writes (a Databricks Volume): the session is built for the end's copy,
+    or the staged records would wait for a run that meets a backlog."""
+    log.info("ledger: building the Spark session for the ledger's copy (its writer is Spark)")
+    try:
+        relay.attach_spark(source.result())
+    except Exception as exc:  # the records stay staged, copied by a later run
+        log.warning("ledger: no Spark session for the copy, the records stay staged: %s",
+                    first_line(exc))
 
 
 def _progress_line(relay: Relay, progress: TextIO | None, bound: int | None

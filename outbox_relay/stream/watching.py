@@ -52,6 +52,14 @@ def await_query(query: StreamingQuery, stop: StopSignal,
             query.awaitTermination(1)
         except StreamingQueryException as exc:
             return exc
+    if query.exception() is not None:
+        # Ended before it was waited for (a group signal's helper kill, as the stop came):
+        # the error awaitTermination raises, with its causes, is the one to judge. The
+        # query has ended, so it returns at once.
+        try:
+            query.awaitTermination()
+        except StreamingQueryException as exc:
+            return exc
     return "ended"
 
 

@@ -197,7 +197,8 @@ def test_kill_loop_loses_nothing_and_duplicates_only_what_was_in_flight(
               "each within what that kill had in flight; ledger exact",
     )
 
-    assert len(kills) >= (30 if long_mode else 10), f"only {len(kills)} kills during the drain"
+    assert len(kills) >= (3 * planned // 4 if long_mode else planned), \
+        f"only {len(kills)} of {planned} kills during the drain"
     v.assert_clean(max_duplicates=None)
     assert not stray, f"duplicated, not in flight at the kill after it: {sorted(stray)[:10]}"
     assert not over, f"more copies than kills that had them in flight: {over[:10]}"

@@ -104,9 +104,14 @@ def test_group_sigterm_while_spark_writes_a_checkpoint_file_still_stops_cleanly(
     v.assert_clean(max_duplicates=0)
 
 
+# The outbox source's Python worker: forked by pyspark.daemon where the session keeps
+# Spark's daemon (a profile with Python UDFs), else started as its own module.
+SOURCE_WORKERS = (b"pyspark.daemon", b"python_streaming_source_runner")
+
+
 def _daemon_in_group(pgid: int) -> bool:
-    """Whether Spark's pyspark.daemon (the outbox source's Python worker) runs in the
-    relay's process group: a group signal from then on reaches it too."""
+    """Whether the outbox source's Python worker runs in the relay's process group: a
+    group signal from then on reaches it too."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -117,7 +122,7 @@ def _daemon_in_group(pgid: int) -> bool:
             continue
         # Fields after the command's closing parenthesis: state, ppid, pgrp.
         pgrp = int(stat.rsplit(")", 1)[1].split()[2])
-        if pgrp == pgid and b"pyspark.daemon" in cmdline:
+        if pgrp == pgid and any(w in cmdline for w in SOURCE_WORKERS):
             return True
     return False
 
@@ -147,7 +152,7 @@ def test_group_sigterm_while_the_query_starts_its_python_source_still_stops_clea
             proc = start_relay(config, tmp_path, f"stopstart-{attempt}")
             procs.append(proc)
             wait_until(lambda proc=proc: _daemon_in_group(proc.proc.pid)  # type: ignore[misc]
-                       or not proc.alive(), 300, "pyspark.daemon to start",
+                       or not proc.alive(), 300, "the source's Python worker to start",
                        diagnose=proc.tail)
             time.sleep(after_s)
             proc.signal(signal.SIGTERM)
@@ -158,8 +163,8 @@ def test_group_sigterm_while_the_query_starts_its_python_source_still_stops_clea
     left = outbox_ids(fault_db)
     v = verdict(outbox, read_all(stack.kafka_bootstrap, [topic]), expected=outbox.ids() - left)
     scenario.update(v.figures(), faults_injected=len(codes), exit_codes=codes,
-                    notes=f"SIGTERM to the group as pyspark.daemon started: exit codes {codes}, "
-                          "0 expected")
+                    notes="SIGTERM to the group as the source's Python worker started: "
+                          f"exit codes {codes}, 0 expected")
     assert codes == [0] * len(codes), (
         f"graceful stops exited {codes}\n" + "\n".join(p.tail(12) for p in procs))
     v.assert_clean(max_duplicates=0)

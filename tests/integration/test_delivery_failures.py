@@ -16,9 +16,10 @@ from pyspark.sql.types import BinaryType
 from outbox_relay.data import plan as plan_module
 from outbox_relay.data import sink
 from outbox_relay.stack import StackInfo
-from outbox_relay.stream import delivery as delivery_module
+from outbox_relay.stream import spark_lane as spark_lane_module
 from outbox_relay.stream.delivery import Delivery
 from outbox_relay.stream.runner import EXIT_OK
+from outbox_relay.stream.spark_lane import SparkLane
 from tests.integration.conftest import ConfigFactory, RelayRunner, run_in_thread
 from tests.integration.helpers import (
     Msg,
@@ -44,7 +45,7 @@ def test_one_poison_topic_among_many_is_found_in_log_n_writes(
     """The broker's error names the bad topic-partition: with the name, the other topics
     go in one write; without it (ignored here), bisection finds the topic."""
     if hint == "ignored":
-        monkeypatch.setattr(delivery_module, "named_topics", lambda text, topics: set())
+        monkeypatch.setattr(spark_lane_module, "named_topics", lambda text, topics: set())
     healthy = [unique(f"bis{i:02d}") for i in range(TOPICS - 1)]
     bad = unique("bis-bad")
     create_topics(stack.kafka_bootstrap, dict.fromkeys(healthy, 1))
@@ -58,15 +59,17 @@ def test_one_poison_topic_among_many_is_found_in_log_n_writes(
     ids = insert(migrated_url, traffic)
     poison = ids[-2]
     writes: list[tuple[list[str], Any]] = []
-    original = Delivery._write
+    original = SparkLane._write
 
-    def counted(self: Delivery, topics: list[str], id_range: Any) -> None:
+    def counted(self: SparkLane, topics: list[str], id_range: Any) -> None:
         writes.append((topics, id_range))
         original(self, topics, id_range)
 
-    monkeypatch.setattr(Delivery, "_write", counted)
+    monkeypatch.setattr(SparkLane, "_write", counted)
+    # Bisection is the Spark lane's: the driver's producer reports each record's failure.
     config = make_config([*healthy, bad], relay={
-        "topic_rules": [{"match": ".*", "policy": "park"}], "batch_size": 100})
+        "topic_rules": [{"match": ".*", "policy": "park"}], "batch_size": 100,
+        "direct_lane": False})
 
     result = run_relay(config)
 
@@ -106,13 +109,13 @@ def test_a_lost_lock_cancels_the_write_in_flight_and_the_rest_is_sent_once(
     other_ids = insert(migrated_url, [[Msg(other, f"k{i}".encode(), b"o")] for i in range(5)])
     deliveries: list[Delivery] = []
     writes: list[tuple[list[str], float, float]] = []  # topics, start, end
-    init, write = Delivery.__init__, Delivery._write
+    init, write = Delivery.__init__, SparkLane._write
 
     def recorded_init(self: Delivery, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         deliveries.append(self)
 
-    def timed_write(self: Delivery, topics: list[str], id_range: Any) -> None:
+    def timed_write(self: SparkLane, topics: list[str], id_range: Any) -> None:
         start = time.monotonic()
         try:
             write(self, topics, id_range)
@@ -129,13 +132,15 @@ def test_a_lost_lock_cancels_the_write_in_flight_and_the_rest_is_sent_once(
         sink.write_records(records.withColumn("value", slow("topic", "value")), kafka)
 
     monkeypatch.setattr(Delivery, "__init__", recorded_init)
-    monkeypatch.setattr(Delivery, "_write", timed_write)
-    monkeypatch.setattr(delivery_module, "write_records", slow_write)
+    monkeypatch.setattr(SparkLane, "_write", timed_write)
+    monkeypatch.setattr(spark_lane_module, "write_records", slow_write)
     # Two read tasks, as for a large batch: in one, the Python UDF's batches of 100 rows
     # had every stolen row evaluated before the first reached Kafka, and the write ended
     # before the loss this test makes while it is in flight.
     monkeypatch.setattr(plan_module, "ONE_TASK_ROWS", 0)
-    config = make_config([stolen, other], relay={"available_now_deadline_s": 1})
+    # A write cancelled in flight is the Spark lane's (a Spark job's tag).
+    config = make_config([stolen, other], relay={"available_now_deadline_s": 1,
+                                                 "direct_lane": False})
     thread, results = run_in_thread(lambda: run_relay(config))
 
     # The write is in flight once the stolen topic's first records reach Kafka.

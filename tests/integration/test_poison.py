@@ -31,7 +31,9 @@ def _traffic(topic: str, poison: Msg) -> list[list[Msg]]:
 # Before sending: over the topic's max.message.bytes, or a record without a key on a
 # compacted topic (the relay reads cleanup.policy). By the broker: the same keyless record
 # while the relay's view of the topic's config is stale (a failpoint plays the topic turned
-# compacted after the relay read it), so only the broker refuses it (InvalidRecordException).
+# compacted after the relay read it), so only the broker refuses it: INVALID_RECORD, in the
+# words of the driver's producer, which sends these small claims (Spark's sink says
+# InvalidRecordException: test_delivery_failures.py runs that lane).
 CAUGHT = ["before sending", "keyless, before sending", "by the broker"]
 
 
@@ -43,7 +45,7 @@ def _poison(topic: str, caught: str, monkeypatch: pytest.MonkeyPatch,
         return Msg(topic, b"k1", big), {"max.message.bytes": str(LIMIT)}, "over the limit"
     if caught == "by the broker":
         monkeypatch.setenv("RELAY_FAILPOINTS", "stale_topic_config")
-        return Msg(topic, None, b"no key"), {"cleanup.policy": "compact"}, "InvalidRecord"
+        return Msg(topic, None, b"no key"), {"cleanup.policy": "compact"}, "INVALID_RECORD"
     return Msg(topic, None, b"no key"), {"cleanup.policy": "compact"}, "cleanup.policy=compact"
 
 
