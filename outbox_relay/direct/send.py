@@ -69,11 +69,15 @@ class Sent:
         """The reason among `ids` that says most: a refusal for good, else the producer's
         stop, else the first in id order (None: all acknowledged). A culprit's
         neighbours in other partitions may come first in id order, purged because of it."""
-        reasons = [r for i in sorted(ids) if (r := self.refused.get(i) or self.unknown.get(i))]
+        first = stop = None
         for i in sorted(ids):
             if i in self.refused_for_good:
                 return self.refused[i]
-        return next((r for r in reasons if stopped(r)), reasons[0] if reasons else None)
+            reason = self.refused.get(i) or self.unknown.get(i)
+            if reason is not None:
+                first = first or reason
+                stop = stop or (reason if stopped(reason) else None)
+        return stop or first
 
 
 def describe(err: KafkaError) -> str:

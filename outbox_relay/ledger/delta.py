@@ -75,6 +75,16 @@ class Ledger:
         """Whether the copies are Spark jobs (else delta-rs writes them in Python)."""
         return self._rs is None
 
+    def waits_for_spark(self) -> bool:
+        """Whether staged records wait for a session that is not attached: Spark writes
+        the copies. False when PostgreSQL cannot say (the next run copies them)."""
+        if not self.in_jvm or self._spark is not None:
+            return False
+        try:
+            return staging.staged_count(self.db)[0] > 0
+        except RelayError:
+            return False
+
     @property
     def origin(self) -> str:
         """This outbox's Delta txnAppId, also recorded in each of its ledger rows."""

@@ -100,7 +100,7 @@ class Delivery:
             if spark:
                 if self._spark is None:
                     raise RuntimeError("a claim the direct lane cannot take before Spark is up")
-                _merge(outcome, self._spark.deliver(batch_id, spark))
+                _merge(outcome, self._spark.deliver(batch_id, spark, whole=not direct))
             lost = self.lost_now()
             outcome.acknowledged = [c for c in outcome.acknowledged if c.topic not in lost]
             outcome.errors = {t: r for t, r in outcome.errors.items() if t not in lost}

@@ -139,7 +139,7 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO |
         failure = (current[-1].failure if current else None) or error
         # A drain its budget ended copies as a drain's end does; a stop signal does not.
         copy_now = not stop.requested or (stop.ran_out and failure is None)
-        if copy_now and relay.spark is None and relay.ledger.in_jvm and source is not None:
+        if copy_now and source is not None and relay.ledger.waits_for_spark():
             _session_for_the_ledger(relay, source)
         flusher.stop(copy_now=copy_now)
         if line is not None:
@@ -160,9 +160,9 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO |
 
 
 def _session_for_the_ledger(relay: Relay, source: SparkSource) -> None:
-    """A run that ended without Spark (a drain the driver's producer finished) whose
-    ledger Spark writes (a Databricks Volume): the session is built for the end's copy,
-    or the staged records would wait for a run that meets a backlog."""
+    """A run that ended without Spark (a drain the driver's producer finished) with
+    records staged that Spark copies (a Databricks Volume): the session is built for the
+    end's copy, or they would wait for a run that meets a backlog."""
     log.info("ledger: building the Spark session for the ledger's copy (its writer is Spark)")
     try:
         relay.attach_spark(source.result())

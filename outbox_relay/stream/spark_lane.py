@@ -52,7 +52,9 @@ class SparkLane:
         self._ended = threading.Condition(self._guard)  # notified when a write ends
         self._in_flight: tuple[str, frozenset[str]] | None = None  # (job tag, topics)
         self._named: set[str] = set()  # the topics the last failed write named
-        self._batch_topics: frozenset[str] = frozenset()  # those of the batch being sent
+        # The batch's topics, if this lane sends them all; empty if the direct lane sends
+        # some, whose rows the batch's read holds too.
+        self._batch_topics: frozenset[str] = frozenset()
         self._sessions: list[Claim] = []  # the sessions of the batch being sent
         self._isolating: dict[str, list[int]] = {}  # topic -> its ids, while isolating
 
@@ -90,11 +92,13 @@ class SparkLane:
     def _flying(self) -> str | None:
         return self._in_flight[0] if self._in_flight is not None else None
 
-    def deliver(self, batch_id: int, sessions: list[Claim]) -> Outcome:
+    def deliver(self, batch_id: int, sessions: list[Claim], *, whole: bool = True) -> Outcome:
         """One write for every session; on failure, bisection over topics, then message by
-        message."""
+        message. `whole`: `sessions` are all the batch's; otherwise (the direct lane sends
+        the others) every write reads only their topics, since the batch's read holds
+        the others' rows too."""
         topics = sorted(c.topic for c in sessions)
-        self._batch_topics = frozenset(topics)
+        self._batch_topics = frozenset(topics) if whole else frozenset()
         self._sessions, self._isolating = list(sessions), {}
         failure = self._try(topics)
         if failure is None:
