@@ -82,9 +82,10 @@ def _run(config: Config, spark: SparkSession, available_now: bool,
     return run_many(config, available_now, stop or StopSignal(), SparkSource.of(spark))
 
 
-def test_one_drain_relays_eight_databases_each_in_key_order_and_each_ledger_holds_its_ids(
+@pytest.mark.parametrize("available_now", [True, False], ids=["drain", "continuous"])
+def test_one_relay_relays_eight_databases_each_in_key_order_and_each_ledger_holds_its_ids(
     stack: StackInfo, databases: Databases, spark: SparkSession, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], available_now: bool,
 ) -> None:
     entries = databases(8)
     shared = [unique("many"), unique("many")]
@@ -100,7 +101,8 @@ def test_one_drain_relays_eight_databases_each_in_key_order_and_each_ledger_hold
     written = _written(entries, shared, 60)
     config = build_config(data, env={})
 
-    result = _run(config, spark, available_now=True)
+    result = (_run(config, spark, available_now=True) if available_now
+              else _run_until_delivered(config, spark, [url for _, url in entries]))
 
     total = sum(len(m) for m in written.values())
     got = consume(stack.kafka_bootstrap, [*shared, *own], expect=total, timeout_s=60)
@@ -119,6 +121,26 @@ def test_one_drain_relays_eight_databases_each_in_key_order_and_each_ledger_hold
         ledger = Counter(r.message_id for r in spark.read.format("delta")
                          .load(str(tmp_path / "ledger" / name)).select("message_id").collect())
         assert ledger == Counter(list(written[name])), name
+
+
+def _run_until_delivered(config: Config, spark: SparkSession, urls: list[str]) -> ManyResult:
+    """A continuous relay, stopped once every outbox is empty and every ledger record is
+    copied to Delta (a stop leaves staged records for the next copy)."""
+    stop = StopSignal()
+    results: list[ManyResult] = []
+    runner = threading.Thread(target=lambda: results.append(_run(config, spark, False, stop)),
+                              daemon=True)
+    runner.start()
+    try:
+        assert wait_for(lambda: all(
+            query(url, "SELECT (SELECT count(*) FROM kafka_messages) "
+                       "+ (SELECT count(*) FROM relay_ledger_staging)") == [(0,)]
+            for url in urls), 180, 0.2), "the continuous relay left rows or staged records"
+    finally:
+        stop.request("the test's end")
+        runner.join(120)
+    assert results, "the continuous relay did not end after its stop"
+    return results[0]
 
 
 def test_status_shows_every_database_and_a_verb_acts_on_the_one_named(
