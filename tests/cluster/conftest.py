@@ -4,6 +4,7 @@ PostgreSQL role must give a password that only the driver has."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 import zipfile
@@ -93,8 +94,9 @@ class ClusterDb:
         return {PASSWORD_ENV: self.password}
 
 
-@pytest.fixture(scope="module")
-def cluster_db(stack: StackInfo, role: SecuredRole) -> Iterator[ClusterDb]:
+@contextlib.contextmanager
+def owned_database(stack: StackInfo, role: SecuredRole) -> Iterator[ClusterDb]:
+    """A new database owned by the secured role, migrated by it, with the recorders."""
     name = f"c_{uuid.uuid4().hex[:12]}"
     conn = psycopg2.connect(stack.postgres_url)
     conn.autocommit = True
@@ -119,3 +121,9 @@ def cluster_db(stack: StackInfo, role: SecuredRole) -> Iterator[ClusterDb]:
         yield ClusterDb(admin_url, relay_url, role.password)
     finally:
         drop_database(stack.postgres_url, admin_url)
+
+
+@pytest.fixture(scope="module")
+def cluster_db(stack: StackInfo, role: SecuredRole) -> Iterator[ClusterDb]:
+    with owned_database(stack, role) as db:
+        yield db

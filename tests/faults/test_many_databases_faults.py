@@ -27,7 +27,6 @@ import functools
 import math
 import signal
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,12 +36,11 @@ import pytest
 
 import outbox_relay.stack
 from outbox_relay.config import Config
-from outbox_relay.config.databases import source_of
 from outbox_relay.config.load import build_config
 from outbox_relay.stack import StackInfo
 from tests.faults.conftest import Scenario
 from tests.faults.infra import create_topics, outbox_count, scalar, session_ids, unique, wait_until
-from tests.faults.oracle import Record, Verdict, read_all, verdict
+from tests.faults.oracle import Record, Verdict, read_all, totals, verdict
 from tests.faults.outbox_writer import Msg, Outbox, traffic
 from tests.faults.recorders import (
     create_database,
@@ -53,7 +51,7 @@ from tests.faults.recorders import (
 )
 from tests.faults.relay_proc import RelayProc, relay_config, relays, sources_connected, start_relay
 from tests.faults.trickle import Trickle
-from tests.integration.many import SOURCE_HEADER
+from tests.integration.many import by_database
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
@@ -238,17 +236,6 @@ def _finish(urls: Mapping[str, str], writers: Mapping[str, Trickle], proc: Relay
     return proc.stop()
 
 
-def _by_database(records: Sequence[Record]) -> dict[str, list[Record]]:
-    """The records of each database, which their source header names."""
-    names = {source_of(SOURCE, name): name for name in (*ON_STACK, *ON_SECOND)}
-    mine: dict[str, list[Record]] = defaultdict(list)
-    for r in records:
-        source = r.headers.get(SOURCE_HEADER, b"").decode(errors="replace")
-        assert source in names, f"a record of no database of this relay: source {source!r}"
-        mine[names[source]].append(r)
-    return mine
-
-
 def _arrivals(records: Sequence[Record]) -> dict[int, float]:
     """Each id's first append to Kafka, in epoch seconds."""
     first: dict[int, float] = {}
@@ -275,7 +262,7 @@ def _latencies(outbox: TimedOutbox, arrived: Mapping[int, float], start: float,
 def _judge(outboxes: Mapping[str, TimedOutbox], records: Sequence[Record]
            ) -> tuple[dict[str, Verdict], dict[str, dict[int, float]]]:
     """Each database's verdict (tests/faults/oracle.py) and its ids' arrival times."""
-    mine = _by_database(records)
+    mine = by_database(records, SOURCE, (*ON_STACK, *ON_SECOND))
     verdicts = {name: verdict(outbox, mine.get(name, [])) for name, outbox in outboxes.items()}
     return verdicts, {name: _arrivals(mine.get(name, [])) for name in outboxes}
 
@@ -392,7 +379,7 @@ def test_a_server_crash_stops_only_its_databases_which_resume_while_the_others_d
     may_repeat = {name: unfinished_claims(url) for name, url in databases.items()}
     figures = _outage_figures(outboxes, arrivals, o)
     scenario.update(
-        _totals(verdicts),
+        totals(verdicts),
         faults_injected=1,
         outage_s=round(o.restarted - o.stopped, 1),
         startup_s=round(startup_s, 1),
@@ -426,16 +413,6 @@ def test_a_server_crash_stops_only_its_databases_which_resume_while_the_others_d
     _assert_fenced(databases, config)
 
 
-def _totals(verdicts: Mapping[str, Verdict]) -> dict[str, Any]:
-    """The report's columns, summed over the databases."""
-    keys = ("written", "expected", "delivered", "duplicated", "lost", "order_violations")
-    figures = [v.figures() for v in verdicts.values()]
-    totals: dict[str, Any] = {k: sum(f[k] for f in figures) for k in keys}
-    totals["worst_key_order_violations"] = max(f["worst_key_order_violations"]
-                                               for f in figures)
-    return totals
-
-
 @dataclass(frozen=True)
 class Kill:
     in_flight: dict[str, set[int]]  # each database's claims the dead process left
@@ -461,7 +438,7 @@ def _delivered_after(records: Sequence[Record], ids: Mapping[str, int],
                      moment: float) -> float | None:
     """Seconds from `moment` until each database's message of `ids` was in Kafka after
     it (a copy the dead process had sent before counts for nothing), the latest."""
-    mine = _by_database(records)
+    mine = by_database(records, SOURCE, (*ON_STACK, *ON_SECOND))
     times = [max(((r.timestamp_ms or 0) / 1000 for r in mine[name] if r.outbox_id == i),
                  default=0.0)
              for name, i in ids.items() if i]
@@ -499,7 +476,7 @@ def test_a_relay_of_four_databases_killed_mid_run_and_restarted_loses_nothing_in
     duplicated = {n: v.duplicates for n, v in verdicts.items()}
     flight = {n: len(ids) for n, ids in kill.in_flight.items()}
     scenario.update(
-        _totals(verdicts),
+        totals(verdicts),
         faults_injected=1,
         startup_s=round(startup_s, 1),
         backlog_at_kill=kill.backlog,

@@ -3,14 +3,17 @@ profile."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from outbox_relay.config.databases import source_of
 from outbox_relay.config.load import build_config
 from outbox_relay.control.db import Database
 from outbox_relay.control.migrate import migrate
 from outbox_relay.stack import StackInfo
+from tests.kafka_readback import Received
 
 SOURCE = "test-many"
 SOURCE_HEADER = "outbox-relay.source"
@@ -60,3 +63,16 @@ def migrate_url(url: str) -> None:
         migrate(db)
     finally:
         db.close()
+
+
+def by_database(records: Sequence[Received], source_name: str,
+                names: Iterable[str]) -> dict[str, list[Received]]:
+    """The records of each database, which their source header names; a record of no
+    database of the relay fails the test."""
+    of = {source_of(source_name, name): name for name in names}
+    mine: dict[str, list[Received]] = defaultdict(list)
+    for r in records:
+        source = r.headers.get(SOURCE_HEADER, b"").decode(errors="replace")
+        assert source in of, f"a record of no database of this relay: source {source!r}"
+        mine[of[source]].append(r)
+    return mine
