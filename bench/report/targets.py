@@ -171,6 +171,8 @@ TARGETS: list[Target] = [
     *_drain_pairs("W1, the table in id order, vacuumed and analysed", "W1V", 1.5),
     *_drain_pairs("MANY, 8 databases x 100,000 x 1 KB: one relay / 8 peers side by side",
                   "MANY", None),
+    Target("MANY, one database of 8 down: 500 msg/s in all into the other 7, p99 (s)",
+           "MANYSTOP", lambda p: dig(p, "steady", "p99_s"), 0.5, why=_lat_why("steady")),
     Target("scheduled drain, 1,000 messages over 10 topics (--available-now): launch to "
            "exit (s)", "DRAIN", lambda p: dig(p, "relay", "exit_s"), 6.0,
            beside=lambda p: f"peer {num(dig(p, 'peer', 'exit_s'), ' s')}",

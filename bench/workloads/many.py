@@ -18,6 +18,7 @@ import json
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,28 @@ from bench import contenders
 from bench.contenders import PEER, RELAY
 from bench.oracle import read_back, watch
 from bench.probes.cpu import CpuMeter
-from bench.stack import Stack, log, scratch_database
+from bench.stack import Stack, free_port, log, scratch_database
 from bench.workloads.backlog import fill
 from bench.workloads.drain import DRAIN_TIMEOUT_S, rounded, versus
 
 DATABASES = 8
 TOPICS_PER_DATABASE, PARTITIONS = 2, 3
+
+
+@contextlib.contextmanager
+def databases(stack: Stack, n: int) -> Iterator[tuple[Stack, list[str]]]:
+    """With n > 0: n new databases of the stack and one more that is down (a port where
+    nothing listens), all given to the relay as `RELAY_DATABASES`; the stack whose env
+    says so, and the URLs of the n. With 0: the stack as it is, and its database."""
+    if not n:
+        yield stack, [stack.url]
+        return
+    with contextlib.ExitStack() as held:
+        urls = [held.enter_context(scratch_database(f"many{i}")) for i in range(n)]
+        down = f"postgresql://postgres@127.0.0.1:{free_port()}/down"
+        entries = [*({"name": f"db{i}", "url": url} for i, url in enumerate(urls)),
+                   {"name": "down", "url": down}]
+        yield replace(stack, env={**stack.env, "RELAY_DATABASES": json.dumps(entries)}), urls
 
 
 def many(stack: Stack, work: Path, rows: int) -> dict[str, Any]:
