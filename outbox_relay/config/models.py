@@ -134,7 +134,8 @@ class LedgerConfig(StrictModel):
     # rounds need; what waits is durable in PostgreSQL and answerable (`ledger show`
     # reads staging too). Once a minute, on a fixed rate: a copy of 2,000 msg/s takes
     # about 2.5 s beside the rounds, and every minute of a steady load holds one, where
-    # copies every 120 s left some minutes with a copy and some without (bench/, SOAK).
+    # copies every 120 s left some minutes with a copy and some without
+    # (reports/performance-history.md, SOAK).
     flush_interval_s: float = Field(60.0, gt=0)
     # An available-now drain copies at its end, and while it runs this often. Unset: every
     # 2 s when delta-rs copies (a round's records take a fraction of a second in the
@@ -188,7 +189,7 @@ class RelaySettings(StrictModel):
     # How long one micro-batch body keeps running rounds (and, continuous, polling)
     # before it hands back to Spark; 0 runs one round per micro-batch. Each hand-back
     # stalls delivery for Spark's trigger (about 1 s on 2 cores): at 30 s, two stalls a
-    # minute put W2's p99 above 1 s (bench/).
+    # minute put W2's p99 above 1 s (reports/performance-history.md).
     micro_batch_s: float = Field(300.0, ge=0)
     # Topics whose claims come back full drain in rounds of their own, beside the other
     # topics' rounds (outbox_relay.stream.lanes); false runs every topic in one lane.
