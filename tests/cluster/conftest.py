@@ -56,7 +56,7 @@ def _two_workers(cluster: StandaloneCluster) -> None:
 
 @pytest.fixture(scope="session")
 def relay_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The `relay` package of this checkout, for `spark-submit --py-files`.
+    """The `outbox_relay` package of this checkout, for `spark-submit --py-files`.
 
     Shipped rather than installed on the nodes: the only interpreter here is the repo's
     venv, whose editable install points at a checkout, a driver-side file no cluster node
@@ -65,7 +65,7 @@ def relay_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dependencies (pydantic, psycopg2) come from the node's interpreter, as cluster
     libraries do on Databricks, where the project's wheel plays this zip's part.
     """
-    path = tmp_path_factory.mktemp("py-files") / "relay.zip"
+    path = tmp_path_factory.mktemp("py-files") / "outbox_relay.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for file in sorted((REPO / "outbox_relay").rglob("*")):
             if file.is_file() and "__pycache__" not in file.parts:
