@@ -40,6 +40,8 @@ pytestmark = pytest.mark.integration
 HOLDERS = "SELECT topic, locked_by FROM kafka_topic_info WHERE locked_by IS NOT NULL"
 LEFT = "SELECT count(*) FROM kafka_messages WHERE topic = ANY(%s)"
 STAGED = "SELECT count(*) FROM relay_ledger_staging"
+SOURCES = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+           "AND application_name = 'outbox-relay-source'")
 SAMPLE = ("SELECT (SELECT json_object_agg(topic, locked_by) FROM kafka_topic_info "
           "WHERE locked_by IS NOT NULL), "
           "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
@@ -119,9 +121,6 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
     busy = [unique(f"lane-busy{i}") for i in range(3)]
     create_topics(stack.kafka_bootstrap, {big: 3, **dict.fromkeys(busy, 2)})
     backlog = every_key_shape([big], 6_000)
-    written = dict(zip(insert(migrated_url, [backlog[i:i + 500]
-                                             for i in range(0, len(backlog), 500)]),
-                       backlog, strict=True))
     # Copies due every 30 s (the first at once), which wait for a working drain lane up
     # to 5 intervals: none may run beside it, and one follows once it is quiet.
     # The backlog's full claims go to the executors, the busy topics' waves to the
@@ -136,6 +135,11 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
         thread, results = run_in_thread(lambda: run_relay(config, available_now=False,
                                                           stop=stop))
         try:
+            # The backlog comes once the streaming query runs, in one transaction: before
+            # it, the driver's producer alone would send it (on a loaded machine, all of it).
+            assert wait_for(lambda: query(migrated_url, SOURCES)[0][0] > 0, 120, 0.1), (
+                "the relay's streaming query never polled the outbox")
+            written = dict(zip(insert(migrated_url, [backlog]), backlog, strict=True))
             # The busy topics write small waves, every key shape, until the backlog is gone.
             wave = 0
             while query(migrated_url, LEFT, ([big],))[0][0] > 0:
