@@ -34,6 +34,9 @@ class StopSignal:
         self._body_waiting = threading.Event()
         self._first: float | None = None
         self._count_lock = threading.Lock()
+        # Orders setting the flag (and its log line) against a batch body's decision to
+        # run (and its log line): no body logs its start after the log says the stop came.
+        self._order = threading.Lock()
         self._budget_spent = False
 
     @property
@@ -63,25 +66,28 @@ class StopSignal:
         if second:
             log.error("second stop signal (%s): exiting at once", why)
             os._exit(EXIT_AT_ONCE)
-        log.warning("stop requested (%s): finishing the batch in flight", why)
-        self._event.set()
+        with self._order:
+            log.warning("stop requested (%s): finishing the batch in flight", why)
+            self._event.set()
 
     def abort(self, why: str) -> None:
         """After a failure that ends the run: every batch body and lane stops as for a stop
         request, but no signal was received, so a user's signal after this one is still a
         first one (a graceful stop, not an exit at once)."""
-        if not self._event.is_set():
-            log.warning("stopping everything that runs: %s", why)
-        self._event.set()
+        with self._order:
+            if not self._event.is_set():
+                log.warning("stopping everything that runs: %s", why)
+            self._event.set()
 
     def run_out(self, why: str) -> None:
         """The drain's time budget is spent (outbox_relay.stream.budget): every batch body
         and lane stops as for a stop request, but no signal was received, as with abort."""
         with self._count_lock:
             self._budget_spent = True
-        if not self._event.is_set():
-            log.warning("%s: claiming nothing new, finishing the rounds in flight", why)
-        self._event.set()
+        with self._order:
+            if not self._event.is_set():
+                log.warning("%s: claiming nothing new, finishing the rounds in flight", why)
+            self._event.set()
 
     def install(self) -> None:
         try:
@@ -101,8 +107,9 @@ class StopSignal:
             yield
 
     @contextmanager
-    def batch_body(self) -> Iterator[bool]:
-        """Held by a batch body; yields whether it may run (False once a stop is requested).
+    def batch_body(self, label: str = "batch body") -> Iterator[bool]:
+        """Held by a batch body; yields whether it may run (False once a stop is requested),
+        and logs `label: rounds start` when it may.
 
         Never waits on the runner: once a stop is requested the runner holds
         between_batches() inside query.stop(), which waits for Spark's stream thread, the
@@ -119,7 +126,11 @@ class StopSignal:
             finally:
                 self._body_waiting.clear()
         try:
-            yield not self.requested
+            with self._order:
+                may_run = not self.requested
+                if may_run:
+                    log.debug("%s: rounds start", label)
+            yield may_run
         finally:
             self._batch.release()
 
