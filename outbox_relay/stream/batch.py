@@ -116,10 +116,9 @@ class BatchProcessor:
         waiting for the turn (the query's first, behind the runner's start-up rounds:
         outbox_relay.stream.starting) does not take it and run rounds for `micro_batch_s`."""
         deadline = time.monotonic() + seconds
-        with self.stop.batch_body() as may_run:
+        with self.stop.batch_body(label) as may_run:
             if not may_run:
                 return
-            log.debug("%s: rounds start", label)
             try:
                 self._rounds_beside_lanes(deadline, seconds)
             except _RETRIED as exc:

@@ -34,6 +34,9 @@ class StopSignal:
         self._body_waiting = threading.Event()
         self._first: float | None = None
         self._count_lock = threading.Lock()
+        # Orders setting the flag (and its log line) against a batch body's decision to
+        # run (and its log line): no body logs its start after the log says the stop came.
+        self._order = threading.Lock()
         self._budget_spent = False
         # A relay of several databases: one child a database, each stopped by this one's
         # request, budget or abort, and each aborted alone by its own database's failure.
@@ -67,28 +70,31 @@ class StopSignal:
         if second:
             log.error("second stop signal (%s): exiting at once", why)
             os._exit(EXIT_AT_ONCE)
-        log.warning("stop requested (%s): finishing the batch in flight", why)
-        self._event.set()
-        self._tell_children()
+        self._set("stop requested (%s): finishing the batch in flight", why, always=True)
 
     def abort(self, why: str) -> None:
         """After a failure that ends the run: every batch body and lane stops as for a stop
         request, but no signal was received, so a user's signal after this one is still a
         first one (a graceful stop, not an exit at once)."""
-        if not self._event.is_set():
-            log.warning("stopping everything that runs: %s", why)
-        self._event.set()
-        self._tell_children()
+        self._set("stopping everything that runs: %s", why)
 
     def run_out(self, why: str) -> None:
         """The drain's time budget is spent (outbox_relay.stream.budget): every batch body
         and lane stops as for a stop request, but no signal was received, as with abort."""
         with self._count_lock:
             self._budget_spent = True
-        if not self._event.is_set():
-            log.warning("%s: claiming nothing new, finishing the rounds in flight", why)
-        self._event.set()
-        self._tell_children()
+        self._set("%s: claiming nothing new, finishing the rounds in flight", why)
+
+    def _set(self, line: str, why: str, always: bool = False) -> None:
+        """Sets the flag, then its children's, then logs `line` (always, or only when the
+        flag was not set yet), all under `_order`: a body of this stop or of a child that
+        runs decided so before the flags were set, and logged its start before `line`."""
+        with self._order:
+            first = not self._event.is_set()
+            self._event.set()
+            self._tell_children()
+            if always or first:
+                log.warning(line, why)
 
     def child(self) -> StopSignal:
         """A stop of one part of the run (a database's relay): whatever stops this one
@@ -118,8 +124,9 @@ class StopSignal:
         with self._count_lock:
             self._first = self._first if self._first is not None else first
             self._budget_spent = self._budget_spent or spent
-        self._event.set()
-        self._tell_children()
+        with self._order:
+            self._event.set()
+            self._tell_children()
 
     def install(self) -> None:
         assert self._parent is None, "signals reach the root"
@@ -140,8 +147,9 @@ class StopSignal:
             yield
 
     @contextmanager
-    def batch_body(self) -> Iterator[bool]:
-        """Held by a batch body; yields whether it may run (False once a stop is requested).
+    def batch_body(self, label: str = "batch body") -> Iterator[bool]:
+        """Held by a batch body; yields whether it may run (False once a stop is requested),
+        and logs `label: rounds start` when it may.
 
         Never waits on the runner: once a stop is requested the runner holds
         between_batches() inside query.stop(), which waits for Spark's stream thread, the
@@ -158,7 +166,11 @@ class StopSignal:
             finally:
                 self._body_waiting.clear()
         try:
-            yield not self.requested
+            with self._order:
+                may_run = not self.requested
+                if may_run:
+                    log.debug("%s: rounds start", label)
+            yield may_run
         finally:
             self._batch.release()
 

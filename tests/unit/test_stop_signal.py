@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -111,8 +112,38 @@ def test_a_batch_body_runs_when_no_stop_is_requested_and_takes_the_turn() -> Non
     assert stop._batch.acquire(blocking=False)
 
 
-def _enter(stop: StopSignal) -> bool:
-    with stop.batch_body() as may_run:
+@pytest.mark.parametrize("how", ["request", "abort", "run_out", "a parent's request"])
+def test_no_batch_body_logs_its_start_after_the_log_says_the_stop_came(
+    how: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A body that decides to run while the stop is being logged: it either logs its start
+    before that line and runs, or it does not run. Seen in CI: a body read the flag still
+    unset between the stop's log line and the flag, and a round started after the line."""
+    parent = StopSignal()
+    stop = parent.child() if how.startswith("a parent") else parent  # a database's relay
+    decided: list[bool] = []
+    body = threading.Thread(target=lambda: decided.append(_enter(stop, "body")))
+
+    class StartBodyOnStopLine(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno == logging.WARNING and not body.is_alive() and not decided:
+                body.start()
+                body.join(0.3)  # a body that could decide now would be done well within
+
+    handler = StartBodyOnStopLine()
+    logging.getLogger("outbox_relay.stream.stop").addHandler(handler)
+    caplog.set_level(logging.DEBUG, logger="outbox_relay.stream.stop")
+    try:
+        getattr(parent, how.removeprefix("a parent's "))("the test")
+    finally:
+        logging.getLogger("outbox_relay.stream.stop").removeHandler(handler)
+    body.join(10)
+    lines = [r.getMessage() for r in caplog.records]
+    assert decided == [False] and not any("rounds start" in ln for ln in lines), lines
+
+
+def _enter(stop: StopSignal, label: str = "batch body") -> bool:
+    with stop.batch_body(label) as may_run:
         return may_run
 
 
