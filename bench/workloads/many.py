@@ -29,7 +29,7 @@ from bench.oracle import read_back, watch
 from bench.probes.cpu import CpuMeter
 from bench.stack import Stack, free_port, log, scratch_database
 from bench.workloads.backlog import fill
-from bench.workloads.drain import DRAIN_TIMEOUT_S, rounded, versus
+from bench.workloads.drain import DRAIN_TIMEOUT_S, timeline, versus
 
 DATABASES = 8
 TOPICS_PER_DATABASE, PARTITIONS = 2, 3
@@ -98,13 +98,8 @@ def _drain(stack: Stack, work: Path, who: str, urls: list[str], topics: list[str
     codes = [contenders.wait(p, DRAIN_TIMEOUT_S) for p in procs]
     exit_s = time.time() - t0
     cpu.stop()
-    end = seen.last_s if seen.last_s is not None else seen.ended_s
-    drain_s = end - seen.first_s if seen.first_s is not None else None
     out: dict[str, Any] = {
-        "first_record_s": rounded(seen.first_s), "last_record_s": rounded(seen.last_s),
-        "drain_s": rounded(drain_s), "exit_s": round(exit_s, 2), "exit_codes": codes,
-        "delivered": seen.delivered,
-        "msgs_per_s": round(seen.delivered / drain_s) if drain_s else None,
+        **timeline(seen, exit_s), "exit_codes": codes,
         "load_before": load, **cpu.to_json(seen.delivered),
         **read_back(stack, topics, rows),
     }
