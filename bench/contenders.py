@@ -85,14 +85,19 @@ def in_repo(path: Path) -> str:
 
 
 def relay_output(log_path: Path, launched_at: float) -> dict[str, Any]:
-    """What the relay's output says: its summary (messages, batches, lanes) and, from a
+    """What the relay's output says: its summary (messages, batches, lanes; summed over a
+    relay of several databases' summaries) and, from a
     debug log, each start-up mark as seconds after `launched_at`."""
     log_text = log_path.read_text(errors="replace")
     out: dict[str, Any] = {"log": in_repo(log_path)}
-    if m := _DELIVERED.search(log_text):
-        out["summary"] = {"delivered": int(m[1]), "seconds": float(m[2]), "batches": int(m[3])}
-    if m := _LANES.search(log_text):
-        out["lanes"] = {"direct": int(m[1]), "spark": int(m[2])}
+    # A relay of several databases prints a summary for each: summed.
+    if found := _DELIVERED.findall(log_text):
+        out["summary"] = {"delivered": sum(int(m[0]) for m in found),
+                          "seconds": max(float(m[1]) for m in found),
+                          "batches": sum(int(m[2]) for m in found)}
+    if found := _LANES.findall(log_text):
+        out["lanes"] = {"direct": sum(int(m[0]) for m in found),
+                        "spark": sum(int(m[1]) for m in found)}
     marks: dict[str, float] = {}
     for line in log_text.splitlines():
         if not line.startswith("{"):

@@ -15,7 +15,10 @@ settled machine. Each figure is read from Kafka by an independent consumer
   processes, then idle (bench/workloads/latency.py);
 - FIRST: launch to the first record, 1,000 messages waiting on a new topic (first.py);
 - DRAIN: a scheduled drain (`--available-now`) of 1,000 messages over 10 topics;
-- W3: 1,000 new topics of 1 partition x 100 messages of 1 KB.
+- W3: 1,000 new topics of 1 partition x 100 messages of 1 KB;
+- MANY: one relay for eight databases x 100,000 messages of 1 KB, against eight peers
+  side by side, one per database (bench/workloads/many.py); then 500 msg/s in all into
+  seven databases of a relay of eight whose eighth is down, its steady half-minute.
 
 Reports go to reports/bench-default.json and .md. `--quick` checks the benchmark itself
 at a tiny scale in a scratch database of the stack, and reports into its work folder.
@@ -41,7 +44,8 @@ from bench.report.targets import rows
 from bench.stack import REPO, Stack, local_stack, log, sys_load
 from bench.workloads.drain import pair
 from bench.workloads.first import first_record
-from bench.workloads.latency import cases, latency_run
+from bench.workloads.latency import cases, latency_run, many_stopped
+from bench.workloads.many import many
 
 WORK = REPO / ".relay-data" / "bench-default"
 
@@ -50,12 +54,14 @@ WORK = REPO / ".relay-data" / "bench-default"
 class Scale:
     w1_rows: int
     w3_topics: int
+    many_rows: int  # a database's, of MANY's eight
     minute_s: float
     idle_s: float
 
 
-FULL = Scale(w1_rows=1_000_000, w3_topics=1_000, minute_s=60.0, idle_s=30.0)
-QUICK = Scale(w1_rows=10_000, w3_topics=20, minute_s=15.0, idle_s=10.0)
+FULL = Scale(w1_rows=1_000_000, w3_topics=1_000, many_rows=100_000, minute_s=60.0,
+             idle_s=30.0)
+QUICK = Scale(w1_rows=10_000, w3_topics=20, many_rows=1_000, minute_s=15.0, idle_s=10.0)
 
 Part = Callable[[Stack, Path, Scale], dict[str, Any]]
 PARTS: dict[str, Part] = {
@@ -68,6 +74,9 @@ PARTS: dict[str, Part] = {
                                                    debug=True)},
     "W3": lambda stack, work, s: {"W3": pair(stack, work, "W3", s.w3_topics, 1,
                                              100 * s.w3_topics)},
+    "MANY": lambda stack, work, s: {
+        "MANY": many(stack, work, s.many_rows),
+        "MANYSTOP": latency_run(stack, work, "MANYSTOP", many_stopped(s.minute_s))},
 }
 
 

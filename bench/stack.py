@@ -86,7 +86,7 @@ def scratch_database(label: str, keep: bool = False) -> Iterator[str]:
         admin.close()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with contextlib.closing(socket.socket()) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -181,5 +181,5 @@ def local_stack(quick: bool, work: Path) -> Iterator[Stack]:
     with scratch_database("quick") as url:
         env.update(RELAY_POSTGRES_URL=url, RELAY_LEDGER__PATH=str(work / "ledger"),
                    RELAY_RELAY__CHECKPOINT_PATH=str(work / "checkpoint"),
-                   RELAY_METRICS__PORT=str(_free_port()))
+                   RELAY_METRICS__PORT=str(free_port()))
         yield Stack(url, info.kafka_bootstrap, env)

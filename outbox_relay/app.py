@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from outbox_relay.errors import ConfigError, exit_code_of, logged_exit_code
+from outbox_relay.errors import ConfigError, exit_code_of, first_line, logged_exit_code
 from outbox_relay.exit_codes import ExitCode
 from outbox_relay.launch.extras import require_relay_extra, require_spark_extra
 from outbox_relay.launch.launcher import announce_ready
@@ -23,7 +23,7 @@ from outbox_relay.launch.spark_jars import (
     own_spark_conf_dir,
 )
 from outbox_relay.observe.logs import configure_logging
-from outbox_relay.options import add_global_options
+from outbox_relay.options import add_global_options, profile
 from outbox_relay.stream.budget import budget_seconds
 from outbox_relay.stream.stop import StopSignal, forward_submitting_jvm_signals
 
@@ -58,17 +58,16 @@ def parser() -> argparse.ArgumentParser:
 
 def preflight(config: Config) -> None:
     """Fail fast, with one line naming the service, if something needed is not there."""
-    from outbox_relay.control.db import Database
     from outbox_relay.control.kafka_admin import KafkaAdmin
-    from outbox_relay.control.migrate import require_current
+    from outbox_relay.control.migrate import check_schema
 
-    db = Database(config.postgres, "outbox-relay-preflight")
-    try:
-        require_current(db)
-    finally:
-        db.close()
+    # A relay of several databases checks each one as it starts relaying it, so that one
+    # it cannot reach does not hold the others back (outbox_relay.stream.many).
+    if not config.many:
+        check_schema(config.postgres)
     KafkaAdmin(config.kafka).check_reachable()
-    check_transforms(config)
+    for _, one in config.each_database():
+        check_transforms(one)
 
 
 def check_transforms(config: Config) -> None:
@@ -161,6 +160,25 @@ def print_summary(result: RunResult) -> None:
         print(result.unverified)
 
 
+def _run_many(config: Config, available_now: bool, stop: StopSignal, launched: float) -> int:
+    from outbox_relay.launch.session import SparkSource
+    from outbox_relay.launch.spark import build_session
+    from outbox_relay.stream.many import run_many
+
+    result = run_many(config, available_now, stop, SparkSource(lambda: build_session(config)),
+                      started=launched)
+    for outcome in result.outcomes:
+        print(f"database {outcome.name}:")
+        if outcome.result is not None:
+            print_summary(outcome.result)
+        else:
+            print(f"not relayed: {first_line(outcome.error or RuntimeError())} "
+                  f"(exit code {outcome.exit_code})")
+    print(f"outbox-relay: {len(result.outcomes)} databases in {result.seconds:.1f} s, "
+          f"exit code {result.exit_code}")
+    return result.exit_code
+
+
 def _progress_stream(args: argparse.Namespace) -> TextIO | None:
     """Where an available-now drain draws its progress line: a terminal's stderr only,
     and never among JSON logs."""
@@ -203,9 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signals = threading.Thread(target=_take_stop_signals, args=(stop,),
                                    name="relay-stop-signals", daemon=True)
         signals.start()
-        from outbox_relay.config.load import load_config
-
-        config = _with_time_budget(load_config(args.config), args.time_budget_s)
+        config = _with_time_budget(profile(args), args.time_budget_s)
         relaunched = resubmit_with_jars_if_needed(config, stop, args.available_now,
                                                   before_launch=signals.join)
         if relaunched is not None:
@@ -222,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from outbox_relay.stream.runner import run
         from outbox_relay.wiring import build_relay
 
+        if config.many:
+            return _run_many(config, args.available_now, stop, launched)
         # The session is built beside the first rounds, which the driver's producer sends
         # (outbox_relay.launch.session): in a thread of its own, pyspark leaves our SIGINT
         # handler in place.

@@ -9,7 +9,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    TopicPartition,
+)
 
 ID_HEADER = "outbox-relay.id"
 
@@ -24,6 +30,9 @@ class Received:
     headers: dict[str, bytes] = field(default_factory=dict)
     # The headers as the record holds them: in order, a repeated name twice.
     header_list: list[tuple[str, bytes]] = field(default_factory=list)
+    # The record's timestamp in epoch milliseconds: when Kafka appended it, on a topic
+    # whose message.timestamp.type is LogAppendTime (what a latency is measured against).
+    timestamp_ms: int | None = None
 
     @property
     def outbox_id(self) -> int:
@@ -82,11 +91,17 @@ def consume(bootstrap: str, topics: Sequence[str], expect: int = 0, timeout_s: f
                 key=msg.key(), value=msg.value(),
                 headers={k: v for k, v in (msg.headers() or [])},
                 header_list=list(msg.headers() or []),
+                timestamp_ms=_timestamp(msg.timestamp()),
             ))
             read_to[(msg.topic(), msg.partition())] = msg.offset() + 1
     finally:
         consumer.close()
     return out
+
+
+def _timestamp(stamp: tuple[int, int]) -> int | None:
+    kind, ms = stamp
+    return None if kind == TIMESTAMP_NOT_AVAILABLE else ms
 
 
 def _partitions(consumer: Consumer, topics: Sequence[str],

@@ -169,6 +169,10 @@ TARGETS: list[Target] = [
     # W1's launch to exit keeps the bound the default run had before issue 49.
     *_drain_pairs("W1, 1M x 1 KB over 10 topics, the table with a history", "W1", 1.5),
     *_drain_pairs("W1, the table in id order, vacuumed and analysed", "W1V", 1.5),
+    *_drain_pairs("MANY, 8 databases x 100,000 x 1 KB: one relay / 8 peers side by side",
+                  "MANY", None),
+    Target("MANY, one database of 8 down: 500 msg/s in all into the other 7, p99 (s)",
+           "MANYSTOP", lambda p: dig(p, "steady", "p99_s"), 0.5, why=_lat_why("steady")),
     Target("scheduled drain, 1,000 messages over 10 topics (--available-now): launch to "
            "exit (s)", "DRAIN", lambda p: dig(p, "relay", "exit_s"), 6.0,
            beside=lambda p: f"peer {num(dig(p, 'peer', 'exit_s'), ' s')}",
@@ -176,6 +180,7 @@ TARGETS: list[Target] = [
 ]
 # The lanes' split, from the relay's summary line, for these runs (no bound).
 LANE_RUNS = (("W1", ("W1", "relay")), ("W1, id order", ("W1V", "relay")),
+             ("MANY", ("MANY", "relay")),
              ("first record", ("FIRST", "relay")))
 
 

@@ -38,8 +38,10 @@ FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS g ORDER BY g
 """
 
 
-def fill(stack: Stack, topics: Sequence[str], rows: int, history: bool = False) -> None:
-    """`rows` over `topics`, on the table with a history or in id order (above)."""
+def fill(stack: Stack, topics: Sequence[str], rows: int, history: bool = False,
+         first_row: int = 0) -> None:
+    """`rows` over `topics`, on the table with a history or in id order (above); in id
+    order, the rows' numbers start at `first_row` (each database's of MANY its own)."""
     conn = connect(stack.url, autocommit=False)
     try:
         with conn.cursor() as cur:
@@ -65,7 +67,7 @@ def fill(stack: Stack, topics: Sequence[str], rows: int, history: bool = False) 
                 write(rows // 2, rows, topics)
             else:
                 autocommitted("VACUUM kafka_messages")  # the previous contender's dead rows
-                write(0, rows, topics)
+                write(first_row, first_row + rows, topics)
             autocommitted("VACUUM ANALYZE kafka_messages")
             # The fill dirtied up to 1.5 GB: flushed now, not by the checkpointer beside
             # the contender's first rounds.

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench import contenders
 from bench.contenders import PEER, RELAY
-from bench.oracle import read_back, watch
+from bench.oracle import Delivery, read_back, watch
 from bench.probes.cpu import CpuMeter
 from bench.stack import Stack, log
 from bench.workloads.backlog import fill, peer_plan
@@ -43,13 +43,8 @@ def drain(stack: Stack, work: Path, who: str, topics: list[str], rows: int, labe
     code = contenders.stop(proc) if capped else contenders.wait(proc, DRAIN_TIMEOUT_S)
     exit_s = time.time() - t0
     cpu.stop()
-    end = seen.last_s if seen.last_s is not None else seen.ended_s
-    drain_s = end - seen.first_s if seen.first_s is not None else None
     out: dict[str, Any] = {
-        "first_record_s": rounded(seen.first_s), "last_record_s": rounded(seen.last_s),
-        "drain_s": rounded(drain_s), "exit_s": round(exit_s, 2), "exit_code": code,
-        "delivered": seen.delivered, "capped_at_s": cap if capped else None,
-        "msgs_per_s": round(seen.delivered / drain_s) if drain_s else None,
+        **timeline(seen, exit_s), "exit_code": code, "capped_at_s": cap if capped else None,
         "load_before": load, **cpu.to_json(seen.delivered),
         **read_back(stack, topics, seen.delivered if capped else rows),
     }
@@ -58,6 +53,18 @@ def drain(stack: Stack, work: Path, who: str, topics: list[str], rows: int, labe
     else:
         out.update(contenders.peer_output(log_path))
     return out
+
+
+def timeline(seen: Delivery, exit_s: float) -> dict[str, Any]:
+    """Launch to the first and the last record, the drain (first to last) and its rate,
+    and launch to exit."""
+    end = seen.last_s if seen.last_s is not None else seen.ended_s
+    drain_s = end - seen.first_s if seen.first_s is not None else None
+    return {
+        "first_record_s": rounded(seen.first_s), "last_record_s": rounded(seen.last_s),
+        "drain_s": rounded(drain_s), "exit_s": round(exit_s, 2), "delivered": seen.delivered,
+        "msgs_per_s": round(seen.delivered / drain_s) if drain_s else None,
+    }
 
 
 def rounded(seconds: float | None) -> float | None:

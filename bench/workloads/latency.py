@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 from bench import contenders
 from bench.procs import PeakRss, Proc, cpu_between, tree
 from bench.stack import Stack, connect, log
+from bench.workloads.many import databases
 
 START_S, TX_ROWS, PARTITIONS = 5.0, 10, 3
 # The ledger's last copy after the last message (the shipped profile's
@@ -38,6 +39,9 @@ class Case:
     # The relay's debug log on (bench/contenders.py), for the start-up's marks: where the
     # first minute's waits come from. Off where the CPU is the figure.
     debug: bool = False
+    # With N, the relay relays N new databases of the stack, written to in turn, and one
+    # more that is down (its server refuses connections): bench/workloads/many.py.
+    databases: int = 0
 
     @property
     def until_s(self) -> float:
@@ -53,27 +57,38 @@ def cases(minute_s: float, idle_s: float) -> dict[str, Case]:
                                  "steady": (first[1], first[1] + minute_s)}, idle_s)}
 
 
-def _writer(stack: Stack, topic: str, case: Case, t0: float, sent: dict[int, float]) -> None:
-    conn = connect(stack.url, autocommit=False)
+def many_stopped(minute_s: float) -> Case:
+    """500 msg/s in all into seven databases of a relay of eight whose eighth is down: the
+    second half of its first minute (the first is the eight streaming queries' start)."""
+    return Case(500, {"steady": (START_S + minute_s / 2, START_S + minute_s)}, databases=7)
+
+
+def _writer(urls: list[str], topic: str, case: Case, t0: float,
+            sent: dict[int, float]) -> None:
+    """`case.rate` messages a second into `topic`, a transaction at a time into each of
+    `urls` in turn."""
+    conns = [connect(url, autocommit=False) for url in urls]
     period, n = TX_ROWS / case.rate, 0
     try:
-        with conn.cursor() as cur:
-            time.sleep(max(0.0, t0 + START_S - time.time()))
-            due = time.time()
-            while time.time() - t0 < case.until_s:
-                rows = [(topic, f"k{n + i}".encode(), f"k{n + i}", b'{"x":1}' + b"y" * 500)
-                        for i in range(TX_ROWS)]
+        time.sleep(max(0.0, t0 + START_S - time.time()))
+        due = time.time()
+        while time.time() - t0 < case.until_s:
+            conn = conns[(n // TX_ROWS) % len(conns)]
+            rows = [(topic, f"k{n + i}".encode(), f"k{n + i}", b'{"x":1}' + b"y" * 500)
+                    for i in range(TX_ROWS)]
+            with conn.cursor() as cur:
                 psycopg2.extras.execute_values(
                     cur, "INSERT INTO kafka_messages (topic, key, partition_key, message) "
                     "VALUES %s", rows)
-                conn.commit()
-                at = time.time()
-                sent.update((n + i, at) for i in range(TX_ROWS))
-                n += TX_ROWS
-                due += period
-                time.sleep(max(0.0, due - time.time()))
+            conn.commit()
+            at = time.time()
+            sent.update((n + i, at) for i in range(TX_ROWS))
+            n += TX_ROWS
+            due += period
+            time.sleep(max(0.0, due - time.time()))
     finally:
-        conn.close()
+        for conn in conns:
+            conn.close()
 
 
 def _receiver(stack: Stack, topic: str, received: dict[int, float],
@@ -116,14 +131,16 @@ def latency_run(stack: Stack, work: Path, name: str, case: Case) -> dict[str, An
     topic = f"bench.{name.lower()}-{uuid.uuid4().hex[:6]}"
     stack.create_topics([topic], PARTITIONS)
     try:
-        result = _run(stack, work, name, case, topic)
+        with databases(stack, case.databases) as (relayed, urls):
+            result = _run(relayed, work, name, case, topic, urls)
     finally:
         stack.forget([topic])
     log(f"{name}: {result}")
     return result
 
 
-def _run(stack: Stack, work: Path, name: str, case: Case, topic: str) -> dict[str, Any]:
+def _run(stack: Stack, work: Path, name: str, case: Case, topic: str,
+         urls: list[str]) -> dict[str, Any]:
     sent: dict[int, float] = {}
     received: dict[int, float] = {}
     stop = threading.Event()
@@ -140,7 +157,7 @@ def _run(stack: Stack, work: Path, name: str, case: Case, topic: str) -> dict[st
                                daemon=True)
     sampler.start()
     try:
-        _writer(stack, topic, case, t0, sent)
+        _writer(urls, topic, case, t0, sent)
         sampler.join()
         deadline = time.time() + 60
         while len(received) < len(sent) and time.time() < deadline:

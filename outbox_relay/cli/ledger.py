@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from outbox_relay.config.load import load_config
 from outbox_relay.exit_codes import ExitCode
 from outbox_relay.launch.extras import require_spark_extra
+from outbox_relay.options import one_profile
 
 
 def _ledger(args: argparse.Namespace) -> int:
@@ -17,7 +17,7 @@ def _ledger(args: argparse.Namespace) -> int:
     from outbox_relay.launch.spark import build_session
     from outbox_relay.ledger.delta import Ledger
 
-    config = load_config(args.config)
+    config = one_profile(args)
     ledger = Ledger(build_session(config), config, Database(config.postgres, "outbox-relay-cli"))
     if args.ledger_cmd == "flush":
         print(f"copied {ledger.flush()} batch(es) to {config.ledger.path}")
@@ -35,7 +35,7 @@ def _show(args: argparse.Namespace) -> int:
     from outbox_relay.ledger.lookup import lookup
     from outbox_relay.ledger.show import describe, not_found
 
-    config = load_config(args.config)
+    config = one_profile(args)
     db = Database(config.postgres, "outbox-relay-cli")
     try:
         require_current(db)

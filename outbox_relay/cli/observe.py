@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -11,16 +12,20 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from outbox_relay.config import DEFAULT_TOP_TOPICS
-from outbox_relay.config.load import load_config
+from outbox_relay.control.catalog import every_database
 from outbox_relay.control.db import Database
 from outbox_relay.control.migrate import require_current
-from outbox_relay.errors import RelayError
+from outbox_relay.errors import RelayError, exit_code_for, first_line
 from outbox_relay.exit_codes import ExitCode
 from outbox_relay.observe.backlog import COUNT_BUDGET, EXACT_UP_TO
+from outbox_relay.options import profile
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from outbox_relay.config import Config
     from outbox_relay.observe.report import Thresholds
+    from outbox_relay.observe.status import Snapshot
 
 DEFAULT_METRICS_PORT = 9466
 
@@ -54,7 +59,7 @@ def _seconds(text: str) -> float:
 def _status(args: argparse.Namespace) -> int:
     from outbox_relay.observe.report import Thresholds
 
-    return print_status(load_config(args.config), as_json=args.json,
+    return print_status(profile(args), as_json=args.json,
                         thresholds=Thresholds(args.max_age_s, args.fail_on),
                         with_rates=not args.no_delta, exact_up_to=args.exact_up_to,
                         count_budget=args.count_budget)
@@ -64,46 +69,73 @@ def print_status(config: Config, *, as_json: bool = False, thresholds: Threshold
                  with_rates: bool = True, exact_up_to: int = EXACT_UP_TO,
                  count_budget: int = COUNT_BUDGET) -> int:
     """`outbox-relay status`: the table (or JSON) on stdout, problems on stderr; the exit
-    code. Also what `demo` prints after its drain."""
+    code. Also what `demo` prints after its drain. A profile of several databases shows
+    each under its name; one that cannot be read is said so, and the others shown."""
     from outbox_relay.observe.report import Thresholds, problems, table, to_json
+
+    thresholds = thresholds or Thresholds()
+    code: int = ExitCode.OK
+    documents: dict[str, object] = {}
+    for name, one in every_database(config, os.environ):
+        try:
+            snapshot = _snapshot(one, with_rates, exact_up_to, count_budget)
+        except RelayError as exc:
+            if name is None:
+                raise
+            print(f"database {name}: unreadable: {first_line(exc)}", file=sys.stderr)
+            documents[name] = {"error": first_line(exc)}
+            code = code or exit_code_for(exc)
+            continue
+        if as_json:
+            documents[name or ""] = to_json(snapshot, thresholds)
+        else:
+            print(table(snapshot) if name is None else f"database {name}\n{table(snapshot)}")
+        found = problems(snapshot, thresholds)
+        for line in found:
+            print(f"unhealthy: {'' if name is None else f'database {name}: '}{line}",
+                  file=sys.stderr)
+        code = code or (ExitCode.UNHEALTHY if found else ExitCode.OK)
+    if as_json:
+        print(json.dumps(documents[""] if not config.many else {"databases": documents},
+                         indent=2))
+    return code
+
+
+def _snapshot(config: Config, with_rates: bool, exact_up_to: int,
+              count_budget: int) -> Snapshot:
     from outbox_relay.observe.status import take_snapshot
 
     db = Database(config.postgres, "outbox-relay-status")
     try:
         require_current(db)
-        snapshot = take_snapshot(db, config.relay.lock_timeout_s, config.ledger.path,
-                                 with_rates=with_rates, exact_up_to=exact_up_to,
-                                 count_budget=count_budget)
+        return take_snapshot(db, config.relay.lock_timeout_s, config.ledger.path,
+                             with_rates=with_rates, exact_up_to=exact_up_to,
+                             count_budget=count_budget)
     finally:
         db.close()
-    thresholds = thresholds or Thresholds()
-    if as_json:
-        print(json.dumps(to_json(snapshot, thresholds), indent=2))
-    else:
-        print(table(snapshot))
-    found = problems(snapshot, thresholds)
-    for line in found:
-        print(f"unhealthy: {line}", file=sys.stderr)
-    return ExitCode.UNHEALTHY if found else ExitCode.OK
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+    """One database's outbox state, or, for a profile of several (and no --database),
+    every database's in one exposition with a `database` label
+    (outbox_relay.observe.databases); a database it cannot read shows as
+    outbox_relay_database_up 0 there."""
+    from prometheus_client import generate_latest, start_http_server
 
-    from outbox_relay.observe.collector import StatusCollector
+    from outbox_relay.observe.databases import DatabaseMetrics
 
-    config = load_config(args.config)
-    db = Database(config.postgres, "outbox-relay-metrics")
-    try:
-        require_current(db)
-    except RelayError:
-        db.close()
-        raise
-    registry = CollectorRegistry(auto_describe=False)
+    config = profile(args)
     limit = args.max_label_topics or config.metrics.max_label_topics
-    registry.register(StatusCollector(db, config.relay.lock_timeout_s, config.ledger.path,
-                                      max_label_topics=limit))
+    opened = _opened(config)
     try:
+        if config.many:
+            merged = DatabaseMetrics(config.metrics.max_label_databases)
+            for name, db, one in opened:
+                merged.add(str(name), _status_registry(db, one, limit))
+            registry = merged.registry
+        else:
+            [(_, db, one)] = opened
+            registry = _status_registry(db, one, limit)
         if args.once:
             sys.stdout.write(generate_latest(registry).decode("utf-8"))
             return ExitCode.OK
@@ -118,7 +150,36 @@ def _serve(args: argparse.Namespace) -> int:
         thread.join(timeout=5)
         return ExitCode.OK
     finally:
-        db.close()
+        for _, db, _ in opened:
+            db.close()
+
+
+def _opened(config: Config) -> list[tuple[str | None, Database, Config]]:
+    """A connection to each database, its schema checked: a profile of one fails on a
+    stale schema; one of several says so, and serves the others."""
+    opened: list[tuple[str | None, Database, Config]] = []
+    for name, one in every_database(config, os.environ):
+        db = Database(one.postgres, "outbox-relay-metrics")
+        try:
+            require_current(db)
+        except RelayError as exc:
+            if name is None:
+                db.close()
+                raise
+            print(f"database {name}: {first_line(exc)}", file=sys.stderr)
+        opened.append((name, db, one))
+    return opened
+
+
+def _status_registry(db: Database, config: Config, limit: int) -> CollectorRegistry:
+    from prometheus_client import CollectorRegistry
+
+    from outbox_relay.observe.collector import StatusCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(db, config.relay.lock_timeout_s, config.ledger.path,
+                                      max_label_topics=limit))
+    return registry
 
 
 def _wait_for_stop() -> None:

@@ -7,20 +7,20 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from outbox_relay.config.load import load_config
 from outbox_relay.control import parking, skipping
 from outbox_relay.control.db import Database
 from outbox_relay.control.locks import CLEAR_ERROR, FORCE_UNLOCK
 from outbox_relay.control.migrate import require_current
 from outbox_relay.control.pending import TopicFilter, pending_topics
 from outbox_relay.exit_codes import ExitCode
+from outbox_relay.options import one_profile
 
 Command = Callable[[argparse.Namespace], int]
 
 
 @contextmanager
 def _db(args: argparse.Namespace) -> Iterator[Database]:
-    db = Database(load_config(args.config).postgres, "outbox-relay-cli")
+    db = Database(one_profile(args).postgres, "outbox-relay-cli")
     try:
         require_current(db)
         yield db
@@ -40,7 +40,7 @@ def _topics(args: argparse.Namespace) -> int:
             f"topic {args.topic!r}: {'error cleared' if args.topics_cmd == 'retry' else 'unlocked'}"
         )
         return ExitCode.OK
-    config = load_config(args.config)
+    config = one_profile(args)
     with _db(args) as db:
         states = pending_topics(db, config.relay.lock_timeout_s, TopicFilter([".*"], []))
     for s in states:
@@ -70,7 +70,7 @@ def _parked(args: argparse.Namespace) -> int:
                                          "drop"):
             print("nothing dropped")
             return ExitCode.DECLINED
-        source = load_config(args.config).relay.source_name
+        source = one_profile(args).relay.source_name
         dropped = parking.drop(db, args.ids, source, skipping.actor())
         print(f"dropped {len(dropped)} message(s)")
         gone = sorted(set(args.ids) - set(dropped))
@@ -82,7 +82,7 @@ def _parked(args: argparse.Namespace) -> int:
 def _skip(args: argparse.Namespace) -> int:
     """Skips what exists and names what does not: an id's exit code is the same whether it
     is named alone or among others (NOT_FOUND as soon as one is missing, as `rm` does)."""
-    config = load_config(args.config)
+    config = one_profile(args)
     with _db(args) as db:
         waiting = skipping.find(db, args.ids)
         if not waiting:

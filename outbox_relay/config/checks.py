@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import urlsplit
 
 # Producer settings the relay's guarantees rest on (sink.producer_options sets them).
 # Kafka's names are case-sensitive, but Spark lower-cases its `kafka.` options.
@@ -111,6 +112,17 @@ def check_lock_timeouts(lock_s: float, beat_s: float, statement_ms: int) -> None
 def at_most_bytes(value: str, limit: int) -> str:
     if len(value.encode()) > limit:
         raise ValueError(f"must be at most {limit} bytes in UTF-8")
+    return value
+
+
+def check_postgres_url(value: str) -> str:
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - urllib checks the port only when asked for it
+    except ValueError:
+        parts = parts._replace(scheme="")
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError("must look like postgresql://user@host:port/database")
     return value
 
 

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pydantic import ValidationError
 
 from outbox_relay.config import Config
+from outbox_relay.config.databases import CATALOG_PASSWORD_ENV, default_password_env
 from outbox_relay.config.env import PASSWORD_ENV, EnvLayer, merge, read_environment
 from outbox_relay.config.local_stack import resolve_local_stack
 from outbox_relay.errors import ConfigError
@@ -36,8 +37,34 @@ def _split_password(data: dict[str, Any], env: Mapping[str, str]) -> None:
         sslmode = parse_qs(parts.query).get("sslmode")
         if sslmode:
             pg.setdefault("sslmode", sslmode[0])
-    if env.get(PASSWORD_ENV):
-        pg["password"] = env[PASSWORD_ENV]
+    _from_variable(pg, PASSWORD_ENV, env)
+
+
+def _database_passwords(data: dict[str, Any], env: Mapping[str, str]) -> None:
+    """Each database's password, and the catalog's, from the variable its entry names
+    (never from the profile)."""
+    entries = data.get("databases")
+    # Validation reports a wrong type.
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        if isinstance(entry, dict):
+            name = entry.get("name")
+            _from_variable(entry, default_password_env(name) if isinstance(name, str) else None,
+                           env, f"databases.{i}")
+    catalog = data.get("catalog")
+    if isinstance(catalog, dict):
+        _from_variable(catalog, CATALOG_PASSWORD_ENV, env, "catalog")
+
+
+def _from_variable(table: dict[str, Any], default: str | None, env: Mapping[str, str],
+                   key: str | None = None) -> None:
+    """`table`'s password from the variable its password_env names (else `default`); a
+    table `key` names must not hold one itself."""
+    if key is not None and "password" in table:
+        raise ConfigError(f"invalid config key {key}.password: secrets are read from the "
+                          "variable password_env names, never from a profile")
+    variable = table.get("password_env") or default
+    if isinstance(variable, str) and env.get(variable):
+        table["password"] = env[variable]
 
 
 def _describe(exc: ValidationError, layer: EnvLayer) -> str:
@@ -70,10 +97,37 @@ def build_config(data: dict[str, Any], env: Mapping[str, str] | None = None) -> 
     data = merge(data, copy.deepcopy(layer.values))
     resolve_local_stack(data)
     _split_password(data, env)
+    _database_passwords(data, env)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, layer)) from None
+
+
+def select_database(config: Config, database: str | None) -> Config:
+    """`database`'s one-database profile (Config.for_database) when it is given; a
+    catalog's databases: outbox_relay.control.catalog.database_config."""
+    if database is None:
+        return config
+    if not config.many:
+        raise ConfigError(f"--database {database}: the profile names no databases "
+                          "([[databases]]); it relays [postgres]'s one")
+    try:
+        return config.for_database(database)
+    except KeyError:
+        raise ConfigError(f"--database {database}: the profile names no such database (it "
+                          f"names {', '.join(config.database_names())})") from None
+
+
+def one_database(config: Config) -> Config:
+    """`config`, which a command that acts on one database needs: ConfigError for a
+    profile of several databases that no --database narrowed."""
+    if config.many:
+        listed = (f"names {len(config.databases)} databases "
+                  f"({', '.join(config.database_names())})" if config.databases else
+                  "lists its databases in a catalog")
+        raise ConfigError(f"the profile {listed}: choose one with --database NAME")
+    return config
 
 
 def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:
@@ -91,7 +145,9 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
 
 def to_json_without_secrets(config: Config) -> str:
     """The config for another process on the driver node; secrets stay in the environment."""
-    return config.model_dump_json(exclude={"postgres": {"password"}})
+    return config.model_dump_json(exclude={"postgres": {"password"},
+                                           "databases": {"__all__": {"password"}},
+                                           "catalog": {"password"}})
 
 
 def from_json_without_secrets(text: str, env: Mapping[str, str] | None = None) -> Config:

@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, field_validator
 from outbox_relay.config.base import StrictModel
 from outbox_relay.config.checks import (
     at_most_bytes,
+    check_postgres_url,
     check_regex,
     keep_delivery_guarantees,
     keep_librdkafka_guarantees,
@@ -33,6 +34,9 @@ DEFAULT_TOP_TOPICS = 100
 class PostgresConfig(StrictModel):
     url: str = "postgresql://postgres@127.0.0.1:5432/postgres"
     password: SecretStr | None = None
+    # The variable the password is read from (unset: RELAY_POSTGRES_PASSWORD); each
+    # database of a profile of several has its own (outbox_relay.config.databases).
+    password_env: str | None = Field(None, min_length=1)
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
     connect_timeout_s: int = Field(10, ge=1)
     # The control plane's; unset, half the lock timeout (Config._derive_statement_timeout).
@@ -45,14 +49,7 @@ class PostgresConfig(StrictModel):
     @field_validator("url")
     @classmethod
     def _postgres_scheme(cls, value: str) -> str:
-        parts = urlsplit(value)
-        try:
-            parts.port  # noqa: B018 - urllib checks the port only when asked for it
-        except ValueError:
-            parts = parts._replace(scheme="")
-        if parts.scheme not in ("postgresql", "postgres"):
-            raise ValueError("must look like postgresql://user@host:port/database")
-        return value
+        return check_postgres_url(value)
 
     @property
     def _parts(self) -> Any:
@@ -137,7 +134,8 @@ class LedgerConfig(StrictModel):
     # rounds need; what waits is durable in PostgreSQL and answerable (`ledger show`
     # reads staging too). Once a minute, on a fixed rate: a copy of 2,000 msg/s takes
     # about 2.5 s beside the rounds, and every minute of a steady load holds one, where
-    # copies every 120 s left some minutes with a copy and some without (bench/, SOAK).
+    # copies every 120 s left some minutes with a copy and some without
+    # (reports/performance-history.md, SOAK).
     flush_interval_s: float = Field(60.0, gt=0)
     # An available-now drain copies at its end, and while it runs this often. Unset: every
     # 2 s when delta-rs copies (a round's records take a fraction of a second in the
@@ -191,7 +189,7 @@ class RelaySettings(StrictModel):
     # How long one micro-batch body keeps running rounds (and, continuous, polling)
     # before it hands back to Spark; 0 runs one round per micro-batch. Each hand-back
     # stalls delivery for Spark's trigger (about 1 s on 2 cores): at 30 s, two stalls a
-    # minute put W2's p99 above 1 s (bench/).
+    # minute put W2's p99 above 1 s (reports/performance-history.md).
     micro_batch_s: float = Field(300.0, ge=0)
     # Topics whose claims come back full drain in rounds of their own, beside the other
     # topics' rounds (outbox_relay.stream.lanes); false runs every topic in one lane.
@@ -261,6 +259,9 @@ class MetricsConfig(StrictModel):
     # (outbox_relay.observe.labels, for the counters and the exporter's gauges alike): a label
     # must not move once it exists, and 1,000s of topics would swamp Prometheus.
     max_label_topics: int = Field(DEFAULT_TOP_TOPICS, ge=1, le=100_000)
+    # A relay of several databases: the first N keep a `database` label of their own, the
+    # rest share `(other)` (outbox_relay.observe.databases), as topics do.
+    max_label_databases: int = Field(DEFAULT_TOP_TOPICS, ge=1, le=100_000)
 
     @field_validator("pushgateway_url")
     @classmethod

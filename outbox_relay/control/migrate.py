@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from outbox_relay.config import PostgresConfig
 from outbox_relay.control.db import Database
 from outbox_relay.errors import ConfigError, DatabaseError, MigrationError, RelayError
 
@@ -102,3 +103,12 @@ def require_current(db: Database, directory: Path = SCHEMAS_DIR) -> None:
             f"the database schema is behind (at {at:04d}; missing {', '.join(missing)}): "
             "run `outbox-relay migrate`"
         )
+
+
+def check_schema(postgres: PostgresConfig) -> None:
+    """require_current on a connection of its own: the preflight of a run's database."""
+    db = Database(postgres, "outbox-relay-preflight")
+    try:
+        require_current(db)
+    finally:
+        db.close()

@@ -60,7 +60,7 @@ def murmur2_col(data: Column) -> Column:
     inside a one-element fold, so it names the running hash through a lambda variable:
     a reference, not a copy. Written as plain nested expressions, the tree held 32 copies
     of the block fold, and Spark analysed and generated code for all of them on every
-    micro-batch: 1-3 s a batch, even when no row had a key (bench/, W2).
+    micro-batch: 1-3 s a batch, even when no row had a key (reports/performance-history.md, W2).
     """
     hx = F.hex(data)
     length = F.octet_length(data).cast("bigint")

@@ -4,9 +4,9 @@ The Column expression (outbox_relay.data.partitioning.murmur2_col) runs without 
 which suits the sink's small batches, but it walks each key byte by byte through
 interpreted higher-order functions: on a ledger copy of 240,000 rows it took 2.8 of the
 copy's 4.4 s on an idle machine, and 6-19 s copies beside W2's rounds pushed their p99
-up (bench/, W2C and SOAK). Here numpy hashes a batch one 4-byte block position at a time
-across all its keys: 240,000 keys in about 30 ms. A Spark test pins it to the expression
-and the pure-Python reference, which the contract tests pin to the real clients.
+up (reports/performance-history.md, W2C and SOAK). Here numpy hashes a batch one 4-byte block
+position at a time across all its keys: 240,000 keys in about 30 ms. A Spark test pins it to the
+expression and the pure-Python reference, which the contract tests pin to the real clients.
 """
 
 from __future__ import annotations

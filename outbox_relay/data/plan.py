@@ -1,12 +1,13 @@
 """The Spark plan of a batch's Kafka records, built once per session and reused.
 
 Building and analysing it (the murmur2 expression most) took longer than writing a
-1,000-row batch (bench/, W2); the read names no batch (outbox_relay.data.read), and each row
-brings its topic's partition count (outbox_relay/schemas/0014), so one analysed DataFrame sends
-every batch, whatever its topics. Topics whose rule names a transform go through
-outbox_relay.data.transform, in branches of their own, filtered by topic; a CloudEvents topic's
-records get the attributes of outbox_relay.rules.cloudevents. A transformed or CloudEvents topic
-new to the session is the one thing that builds the plans again.
+1,000-row batch (reports/performance-history.md, W2); the read names no batch
+(outbox_relay.data.read), and each row brings its topic's partition count
+(outbox_relay/schemas/0014), so one analysed DataFrame sends every batch, whatever its topics.
+Topics whose rule names a transform go through outbox_relay.data.transform, in branches of their
+own, filtered by topic; a CloudEvents topic's records get the attributes of
+outbox_relay.rules.cloudevents. A transformed or CloudEvents topic new to the session is the one
+thing that builds the plans again.
 """
 
 from __future__ import annotations

@@ -84,9 +84,9 @@ def base_conf(config: Config) -> dict[str, str]:
         "spark.databricks.delta.autoCompact.minNumFiles": "10",
         # Only files below half this size are compacted again. At Delta's 128 MB a
         # compacted file was rewritten with each next ten copies until it passed 64 MB:
-        # ever larger rewrites beside the rounds (bench/, SOAK: the copy that compacted
-        # ten 1.5 MB files took 14-19 s, the others 4 s). At 16 MB each row is rewritten
-        # at most about twice and no compaction rewrites more than about 16 MB.
+        # ever larger rewrites beside the rounds (reports/performance-history.md, SOAK: the copy
+        # that compacted ten 1.5 MB files took 14-19 s, the others 4 s). At 16 MB each row is
+        # rewritten at most about twice and no compaction rewrites more than about 16 MB.
         "spark.databricks.delta.autoCompact.maxFileSize": str(16 * 1024 * 1024),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",

@@ -165,9 +165,9 @@ class Ledger:
 
     def end_copies(self, cancel: bool) -> None:
         """For a stop: a copy in flight skips auto compaction, a post-commit step of its
-        write that a later copy does as well (and took 14-19 s in bench/, SOAK); with
-        `cancel`, its Spark jobs are cancelled. Callable from any thread; `resume` undoes
-        it once the copy has ended."""
+        write that a later copy does as well (and took 14-19 s in the bench's SOAK,
+        reports/performance-history.md); with `cancel`, its Spark jobs are cancelled.
+        Callable from any thread; `resume` undoes it once the copy has ended."""
         if self._spark is None:
             return  # no Spark copy can be in flight
         with self._state:

@@ -50,8 +50,9 @@ class LedgerFlusher:
         self._interval_s = interval_s
         # While a drain lane works, the cores are the delivery's: a copy (its Spark jobs
         # and Delta's commit, 4-8 s in a young JVM) beside a 500,000-row drain held the
-        # other topics' p99 at 1.9 s, against 0.76 s in a drain without one (bench/, W5).
-        # What waits is durable in staging and answerable (`ledger show` reads it).
+        # other topics' p99 at 1.9 s, against 0.76 s in a drain without one
+        # (reports/performance-history.md, W5). What waits is durable in staging and answerable
+        # (`ledger show` reads it).
         self._defer = defer or (lambda: False)
         # The first copy in a JVM loads Delta and took 16 s (2.5-3.7 s after it) beside
         # W2's rounds, whose writes then waited up to 1.5 s: a continuous relay makes it

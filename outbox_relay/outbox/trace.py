@@ -3,7 +3,7 @@ span current when the application publishes, so that a consumer can continue the
 
 OpenTelemetry is optional (the `otel` extra, opentelemetry-api): without its API
 installed, or with no valid span current, nothing is added. It is imported at the first
-publish that asks for trace context, never by `import relay`. A span that does not
+publish that asks for trace context, never by `import outbox_relay`. A span that does not
 record (sampled out) but has a valid context is propagated, with its sampled flag
 unset, as W3C Trace Context asks.
 

@@ -261,9 +261,9 @@ class BatchProcessor:
             # The drain lane's topics had a full claim in their last round, and the lock
             # decides whether they are free (LOCK_TOPICS). The outbox's loose scan
             # (pending_topics) is skipped: near the end of a 500,000-row drain it ran for
-            # seconds in every round (bench/, W5, stack samples) while it probed forwards
-            # over the index entries of the rows the drain deleted; it probes backwards
-            # now, and this saves its statement a round.
+            # seconds in every round (reports/performance-history.md, W5, stack samples) while
+            # it probed forwards over the index entries of the rows the drain deleted; it probes
+            # backwards now, and this saves its statement a round.
             return sorted(only)
         with _SCAN:
             states = pending_topics(self._db, self._settings.lock_timeout_s, self._filter,

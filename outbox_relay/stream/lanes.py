@@ -3,9 +3,9 @@
 A round lasts as long as its largest claim takes. A topic that drains a backlog fills
 every claim to `relay.batch_size`, and in one lane every other topic's messages wait for
 such a round and then their own: the busy topics' p99 was 1.0-1.7 s while one topic
-drained 500,000 rows (bench/, W5). So a topic whose claim stopped at its limit
-(Claim.more) moves to the drain lane, whose rounds run beside the main lane's, and
-comes back once a claim of it no longer fills up.
+drained 500,000 rows (reports/performance-history.md, W5). So a topic whose claim stopped at its
+limit (Claim.more) moves to the drain lane, whose rounds run beside the main lane's, and comes
+back once a claim of it no longer fills up.
 
 Per-key order holds because a topic is in one lane at a time and changes lane only
 between its rounds: after the round that moved it has deleted what Kafka acknowledged

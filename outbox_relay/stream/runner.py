@@ -73,12 +73,19 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None,
     sends by the driver's producer until `source` has built one
     (outbox_relay.stream.before_spark). An available-now run's time budget counts from
     `started` (time.monotonic(); default: now)."""
-    metrics = relay.config.metrics
+    with exported(relay.config.metrics, relay.metrics.registry, available_now,
+                  relay.config.relay.source_name):
+        return run_relay(relay, available_now, stop or StopSignal(), progress, source,
+                         started)
+
+
+def run_relay(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO | None,
+              source: SparkSource | None, started: float | None) -> RunResult:
+    """run() without exporting the metrics: a relay of several databases exports all of
+    theirs at once (outbox_relay.stream.many)."""
     if relay.spark is None and source is None:
         raise ValueError("a relay without a Spark session needs a source for one")
-    with exported(metrics, relay.metrics.registry, available_now,
-                  relay.config.relay.source_name):
-        return _run(relay, available_now, stop or StopSignal(), progress, source, started)
+    return _run(relay, available_now, stop, progress, source, started)
 
 
 def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO | None,

@@ -38,6 +38,10 @@ class StopSignal:
         # run (and its log line): no body logs its start after the log says the stop came.
         self._order = threading.Lock()
         self._budget_spent = False
+        # A relay of several databases: one child a database, each stopped by this one's
+        # request, budget or abort, and each aborted alone by its own database's failure.
+        self._parent: StopSignal | None = None
+        self._children: list[StopSignal] = []
 
     @property
     def requested(self) -> bool:
@@ -66,30 +70,66 @@ class StopSignal:
         if second:
             log.error("second stop signal (%s): exiting at once", why)
             os._exit(EXIT_AT_ONCE)
-        with self._order:
-            log.warning("stop requested (%s): finishing the batch in flight", why)
-            self._event.set()
+        self._set("stop requested (%s): finishing the batch in flight", why, always=True)
 
     def abort(self, why: str) -> None:
         """After a failure that ends the run: every batch body and lane stops as for a stop
         request, but no signal was received, so a user's signal after this one is still a
         first one (a graceful stop, not an exit at once)."""
-        with self._order:
-            if not self._event.is_set():
-                log.warning("stopping everything that runs: %s", why)
-            self._event.set()
+        self._set("stopping everything that runs: %s", why)
 
     def run_out(self, why: str) -> None:
         """The drain's time budget is spent (outbox_relay.stream.budget): every batch body
         and lane stops as for a stop request, but no signal was received, as with abort."""
         with self._count_lock:
             self._budget_spent = True
+        self._set("%s: claiming nothing new, finishing the rounds in flight", why)
+
+    def _set(self, line: str, why: str, always: bool = False) -> None:
+        """Sets the flag, then its children's, then logs `line` (always, or only when the
+        flag was not set yet), all under `_order`: a body of this stop or of a child that
+        runs decided so before the flags were set, and logged its start before `line`."""
         with self._order:
-            if not self._event.is_set():
-                log.warning("%s: claiming nothing new, finishing the rounds in flight", why)
+            first = not self._event.is_set()
             self._event.set()
+            self._tell_children()
+            if always or first:
+                log.warning(line, why)
+
+    def child(self) -> StopSignal:
+        """A stop of one part of the run (a database's relay): whatever stops this one
+        stops it too, as that stop (a signal, a spent budget); its own abort stops it
+        alone. Signals reach the root (`root`), never a child."""
+        child = StopSignal()
+        child._parent = self
+        with self._count_lock:
+            self._children.append(child)
+        if self.requested:
+            child._follow(self)
+        return child
+
+    @property
+    def root(self) -> StopSignal:
+        return self if self._parent is None else self._parent.root
+
+    def _tell_children(self) -> None:
+        with self._count_lock:
+            children = list(self._children)
+        for child in children:
+            child._follow(self)
+
+    def _follow(self, parent: StopSignal) -> None:
+        with parent._count_lock:
+            first, spent = parent._first, parent._budget_spent
+        with self._count_lock:
+            self._first = self._first if self._first is not None else first
+            self._budget_spent = self._budget_spent or spent
+        with self._order:
+            self._event.set()
+            self._tell_children()
 
     def install(self) -> None:
+        assert self._parent is None, "signals reach the root"
         try:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
@@ -159,7 +199,7 @@ class JvmSignalForwarder:
 
 
 def forward_jvm_signals(spark: Any, stop: StopSignal) -> None:
-    _forward(spark.sparkContext._gateway, spark.sparkContext._jvm, stop)
+    _forward(spark.sparkContext._gateway, spark.sparkContext._jvm, stop.root)
 
 
 def forward_submitting_jvm_signals(stop: StopSignal) -> None:

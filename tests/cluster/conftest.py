@@ -4,6 +4,7 @@ PostgreSQL role must give a password that only the driver has."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 import zipfile
@@ -55,7 +56,7 @@ def _two_workers(cluster: StandaloneCluster) -> None:
 
 @pytest.fixture(scope="session")
 def relay_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The `relay` package of this checkout, for `spark-submit --py-files`.
+    """The `outbox_relay` package of this checkout, for `spark-submit --py-files`.
 
     Shipped rather than installed on the nodes: the only interpreter here is the repo's
     venv, whose editable install points at a checkout, a driver-side file no cluster node
@@ -64,7 +65,7 @@ def relay_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dependencies (pydantic, psycopg2) come from the node's interpreter, as cluster
     libraries do on Databricks, where the project's wheel plays this zip's part.
     """
-    path = tmp_path_factory.mktemp("py-files") / "relay.zip"
+    path = tmp_path_factory.mktemp("py-files") / "outbox_relay.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for file in sorted((REPO / "outbox_relay").rglob("*")):
             if file.is_file() and "__pycache__" not in file.parts:
@@ -93,8 +94,9 @@ class ClusterDb:
         return {PASSWORD_ENV: self.password}
 
 
-@pytest.fixture(scope="module")
-def cluster_db(stack: StackInfo, role: SecuredRole) -> Iterator[ClusterDb]:
+@contextlib.contextmanager
+def owned_database(stack: StackInfo, role: SecuredRole) -> Iterator[ClusterDb]:
+    """A new database owned by the secured role, migrated by it, with the recorders."""
     name = f"c_{uuid.uuid4().hex[:12]}"
     conn = psycopg2.connect(stack.postgres_url)
     conn.autocommit = True
@@ -119,3 +121,9 @@ def cluster_db(stack: StackInfo, role: SecuredRole) -> Iterator[ClusterDb]:
         yield ClusterDb(admin_url, relay_url, role.password)
     finally:
         drop_database(stack.postgres_url, admin_url)
+
+
+@pytest.fixture(scope="module")
+def cluster_db(stack: StackInfo, role: SecuredRole) -> Iterator[ClusterDb]:
+    with owned_database(stack, role) as db:
+        yield db

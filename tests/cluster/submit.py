@@ -58,7 +58,7 @@ def driver_dir(workdir: Path) -> Path:
 def submit(cluster: StandaloneCluster, relay_zip: Path, db: ClusterDb, config: Config,
            workdir: Path, name: str, *, available_now: bool = False,
            env: dict[str, str] | None = None) -> RelayProc:
-    """`spark-submit --master spark://... --py-files relay.zip jobs/relay.py`, with the
+    """`spark-submit --master spark://... --py-files outbox_relay.zip jobs/relay.py`, with the
     database password (and `env`) in the driver's environment only."""
     cwd = driver_dir(workdir)
     cwd.mkdir(parents=True, exist_ok=True)
@@ -107,7 +107,7 @@ def placement(cluster: StandaloneCluster, app_id: str) -> Placement:
     for worker, dirs in cluster.app_dirs(app_id).items():
         executors[worker] = len(dirs)
         tasks[worker] = sum(_log(d / "stderr").count("Running task ") for d in dirs)
-        shipped[worker] = any((d / "relay.zip").is_file() for d in dirs)
+        shipped[worker] = any((d / "outbox_relay.zip").is_file() for d in dirs)
     return Placement(executors, tasks, shipped)
 
 

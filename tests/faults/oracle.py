@@ -75,6 +75,17 @@ class Verdict:
                 f"{self.duplicates} duplicates, more than the bound {max_duplicates}")
 
 
+def totals(verdicts: Mapping[str, Verdict]) -> dict[str, Any]:
+    """The report's columns summed over several databases' verdicts (the worst key's
+    violations: the most of any)."""
+    figures = [v.figures() for v in verdicts.values()]
+    keys = ("written", "expected", "delivered", "duplicated", "lost", "order_violations")
+    summed: dict[str, Any] = {k: sum(f[k] for f in figures) for k in keys}
+    summed["worst_key_order_violations"] = max(f["worst_key_order_violations"]
+                                               for f in figures)
+    return summed
+
+
 def verdict(outbox: Outbox, records: Sequence[Record],
             expected: set[int] | None = None) -> Verdict:
     """Compare what was delivered with what was written.

@@ -53,6 +53,10 @@ class Trickle:
         self._done = threading.Event()
         self._n = 0
         self.error: BaseException | None = None
+        # Held for each transaction, and by a pause: a paused trickle is between two.
+        self._gate = threading.Lock()
+        self._paused = False
+        self._reschedule = False
         self._thread = threading.Thread(target=self._run, name="trickle", daemon=True)
 
     def __enter__(self) -> Trickle:
@@ -65,10 +69,26 @@ class Trickle:
     def stop(self) -> int:
         """Stops writing; returns how many messages were written."""
         self._done.set()
+        if self._paused:
+            self.resume()
         self._thread.join(timeout=30)
         if self.error is not None:
             raise AssertionError(f"the trickle failed: {self.error!r}")
         return self._n
+
+    def pause(self) -> None:
+        """Waits for the transaction in progress to commit, then writes nothing until
+        resume(): the test may write through the same Outbox meanwhile (a connection
+        carries one transaction at a time), or take the database away."""
+        self._gate.acquire()
+        self._paused = True
+
+    def resume(self) -> None:
+        """Writes again, on the rate's schedule from now: a pause owes no traffic, where
+        a slow commit does."""
+        self._paused = False
+        self._reschedule = True
+        self._gate.release()
 
     def _batch(self) -> list[Msg]:
         out = []
@@ -84,7 +104,12 @@ class Trickle:
         due = time.monotonic()
         try:
             while not self._done.is_set():
-                self.outbox.write([self._batch()])
+                with self._gate:
+                    if self._done.is_set():  # stopped while paused
+                        break
+                    if self._reschedule:
+                        due, self._reschedule = time.monotonic(), False
+                    self.outbox.write([self._batch()])
                 due += self._period
                 # Paced on a schedule, not by sleeps after each write: a slow commit is
                 # caught up, so the rate holds on a loaded machine.

@@ -20,6 +20,7 @@ from outbox_relay.stack import StackInfo
 from outbox_relay.stream.runner import RunResult, run
 from outbox_relay.stream.stop import StopSignal
 from outbox_relay.wiring import Relay, build_relay
+from tests.integration.many import Databases
 from tests.integration.prometheus import running_pushgateway
 from tests.integration.wheel import build_wheel
 
@@ -43,6 +44,31 @@ def database_url(stack: StackInfo) -> Iterator[str]:
     yield url
     with admin.cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+@pytest.fixture
+def databases(stack: StackInfo) -> Iterator[Databases]:
+    """`make(n)`: n new databases of the stack's server, (name, url) each, unmigrated."""
+    admin = psycopg2.connect(stack.postgres_url)
+    admin.autocommit = True
+    made: list[str] = []
+    base = stack.postgres_url.rpartition("/")[0]
+
+    def make(n: int) -> list[tuple[str, str]]:
+        out = []
+        for i in range(n):
+            name = f"m_{uuid.uuid4().hex[:10]}"
+            with admin.cursor() as cur:
+                cur.execute(f'CREATE DATABASE "{name}"')  # a generated identifier
+            made.append(name)
+            out.append((f"db-{i}", f"{base}/{name}"))
+        return out
+
+    yield make
+    with admin.cursor() as cur:
+        for name in made:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     admin.close()
 
 

@@ -39,10 +39,14 @@ def test_a_lower_package_imports_nothing_above_it(package: str) -> None:
     assert not upward, sorted(upward)
 
 
+RUNNERS = ("runner.py", "many.py", "database_run.py")
+
+
 def test_the_streaming_classes_receive_their_parts_not_the_relay() -> None:
     """outbox_relay.wiring gives each class the collaborators and settings it uses; only the
-    runner, which the application hands the wired whole, holds the Relay."""
+    runners, which the application hands the wired whole (or, for several databases, the
+    means to wire each), hold the Relay."""
     holders = {f"{path.relative_to(RELAY.parent)}: {name}"
-               for path in sorted((RELAY / "stream").glob("*.py")) if path.name != "runner.py"
+               for path in sorted((RELAY / "stream").glob("*.py")) if path.name not in RUNNERS
                for name in _imports(path) if name.startswith("outbox_relay.wiring")}
     assert not holders, sorted(holders)

@@ -1,0 +1,108 @@
+"""MANY: one relay for eight outbox databases against eight peers side by side, one per
+database (issue 50). Each database is a new database of the stack's PostgreSQL, migrated,
+with a backlog of its own in id order (bench/workloads/backlog.py) over two new topics of
+3 partitions, its rows numbered apart from the other databases' so that the read-back
+tells every row of every database apart.
+
+The relay is the README's command on the shipped profile, `--available-now`, with the
+databases given as `RELAY_DATABASES` (docs/many-databases.md); the peers are eight
+bench/peer.py processes started together, each on its database's new backlog. The drain
+runs from the first record of any database to the last of all, launch to exit until the
+last process exits; CPU is the contenders' process trees' and the machine's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench import contenders
+from bench.contenders import PEER, RELAY
+from bench.oracle import read_back, watch
+from bench.probes.cpu import CpuMeter
+from bench.stack import Stack, free_port, log, scratch_database
+from bench.workloads.backlog import fill
+from bench.workloads.drain import DRAIN_TIMEOUT_S, timeline, versus
+
+DATABASES = 8
+TOPICS_PER_DATABASE, PARTITIONS = 2, 3
+
+
+@contextlib.contextmanager
+def databases(stack: Stack, n: int) -> Iterator[tuple[Stack, list[str]]]:
+    """With n > 0: n new databases of the stack and one more that is down (a port where
+    nothing listens), all given to the relay as `RELAY_DATABASES`; the stack whose env
+    says so, and the URLs of the n. With 0: the stack as it is, and its database."""
+    if not n:
+        yield stack, [stack.url]
+        return
+    with contextlib.ExitStack() as held:
+        urls = [held.enter_context(scratch_database(f"many{i}")) for i in range(n)]
+        down = f"postgresql://postgres@127.0.0.1:{free_port()}/down"
+        entries = [*({"name": f"db{i}", "url": url} for i, url in enumerate(urls)),
+                   {"name": "down", "url": down}]
+        yield replace(stack, env={**stack.env, "RELAY_DATABASES": json.dumps(entries)}), urls
+
+
+def many(stack: Stack, work: Path, rows: int) -> dict[str, Any]:
+    """The relay, then the peers, each on eight new backlogs of `rows`."""
+    out: dict[str, Any] = {}
+    with contextlib.ExitStack() as held:
+        urls = [held.enter_context(scratch_database(f"many{i}")) for i in range(DATABASES)]
+        for who in (RELAY, PEER):
+            label = f"many-{who}-{uuid.uuid4().hex[:6]}"
+            topics = {url: [f"bench.{label}.d{i}.t{j}" for j in range(TOPICS_PER_DATABASE)]
+                      for i, url in enumerate(urls)}
+            every = [t for ts in topics.values() for t in ts]
+            stack.create_topics(every, PARTITIONS)
+            try:
+                for i, url in enumerate(urls):
+                    fill(replace(stack, url=url), topics[url], rows, first_row=i * rows)
+                out[who] = _drain(stack, work, who, urls, every, rows * DATABASES, label)
+            finally:
+                out.setdefault(who, {})["outbox_left"] = sum(
+                    replace(stack, url=url).forget(ts) for url, ts in topics.items())
+            got = out[who]
+            log(f"MANY {who}: first record {got['first_record_s']} s, drain {got['drain_s']} "
+                f"s, exit {got['exit_s']} s (codes {got['exit_codes']}), {got['distinct']} of "
+                f"{rows * DATABASES} read back, {got['duplicates']} duplicates")
+    return {**out, **versus(out[RELAY], out[PEER])}
+
+
+def _launch(stack: Stack, work: Path, who: str, urls: list[str],
+            label: str) -> list[subprocess.Popen[bytes]]:
+    if who == RELAY:
+        databases = [{"name": f"db{i}", "url": url} for i, url in enumerate(urls)]
+        env = {**stack.env, "RELAY_DATABASES": json.dumps(databases)}
+        return [contenders.relay(replace(stack, env=env), "--available-now",
+                                 log_path=work / f"{label}.log")]
+    return [contenders.peer(replace(stack, url=url), "--drain",
+                            log_path=work / f"{label}-{i}.log") for i, url in enumerate(urls)]
+
+
+def _drain(stack: Stack, work: Path, who: str, urls: list[str], topics: list[str],
+           rows: int, label: str) -> dict[str, Any]:
+    load = stack.settled(topics)
+    cpu = CpuMeter()
+    t0 = time.time()
+    procs = _launch(stack, work, who, urls, label)
+    seen = watch(stack, topics, rows, t0, DRAIN_TIMEOUT_S,
+                 lambda: any(p.poll() is None for p in procs))
+    codes = [contenders.wait(p, DRAIN_TIMEOUT_S) for p in procs]
+    exit_s = time.time() - t0
+    cpu.stop()
+    out: dict[str, Any] = {
+        **timeline(seen, exit_s), "exit_codes": codes,
+        "load_before": load, **cpu.to_json(seen.delivered),
+        **read_back(stack, topics, rows),
+    }
+    if who == RELAY:
+        out.update(contenders.relay_output(work / f"{label}.log", t0))
+    return out
