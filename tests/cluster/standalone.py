@@ -150,9 +150,12 @@ class StandaloneCluster:
         return sum(w.get("state") == "ALIVE" for w in state.get("workers", []))
 
     def app_dirs(self, app_id: str) -> dict[str, list[Path]]:
-        """Executor directories each worker made for an application (name -> dirs)."""
-        return {w.name: sorted(p for p in (w.work_dir / app_id).glob("*") if p.is_dir())
+        """Executor directories each worker made for an application (name -> dirs), for
+        every worker alive or that took part in it: a worker an earlier test killed, dead
+        before the application, is none of its workers."""
+        dirs = {w.name: sorted(p for p in (w.work_dir / app_id).glob("*") if p.is_dir())
                 for w in self.workers}
+        return {w.name: dirs[w.name] for w in self.workers if w.alive() or dirs[w.name]}
 
     def kill_worker(self, worker: Worker) -> None:
         """SIGKILL the worker's JVM alone, as a node crash would; its executors notice the

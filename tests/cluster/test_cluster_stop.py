@@ -55,7 +55,11 @@ def test_sigterm_to_the_spark_submit_pid_stops_the_cluster_relay_gracefully(
     outbox = Outbox(url)
     outbox.write(traffic(list(topics), MESSAGES, per_tx=50, keys=30, value_bytes=100, seed=11))
     outbox.close()
-    config = cluster_config(cluster_db, stack, list(topics), "stop", batch_size=200)
+    # Claims of 200 are the executors' (direct_max_rows 1): otherwise the driver's
+    # producer can send the whole backlog before Spark is up, and the stop meets no
+    # executor at work.
+    config = cluster_config(cluster_db, stack, list(topics), "stop", batch_size=200,
+                            direct_max_rows=1)
     started = time.monotonic()
     with relays() as procs:
         proc = submit(cluster, relay_zip, cluster_db, config, tmp_path, "stop")
