@@ -24,7 +24,8 @@ MASK = 0xFFFFFFFF
 
 
 def partitioning_key(partition_key: str | None, key: bytes | None) -> bytes | None:
-    """The partitioning bytes of one row, for tests and the fault harness."""
+    """The partitioning bytes of one row: partition_key as UTF-8, else key (the direct
+    lane's records; the twins, pinned to it by tests, are named in this module's doc)."""
     return partition_key.encode("utf-8") if partition_key is not None else key
 
 

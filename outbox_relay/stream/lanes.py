@@ -34,6 +34,8 @@ from outbox_relay.observe.runtime import RuntimeMetrics
 from outbox_relay.stream.stop import StopSignal
 
 log = logging.getLogger(__name__)
+# A drain lane's thread: what its log lines (and the tests reading them) name it by.
+LANE_THREAD = "relay-drain-lane"
 
 DRAIN_POOL = "relay-drain"
 # A topic leaves the drain lane at the end of every batch body and comes back after the
@@ -146,7 +148,7 @@ class DrainLane:
         self.failure = None
         self.failed_at = float("inf")
         self._thread = threading.Thread(target=self._run, args=(deadline, bound),
-                                        name="relay-drain-lane", daemon=True)
+                                        name=LANE_THREAD, daemon=True)
         self._thread.start()
 
     def join(self, timeout: float) -> bool:

@@ -27,6 +27,7 @@ from outbox_relay.app import print_summary
 from outbox_relay.config import Config
 from outbox_relay.exit_codes import ExitCode
 from outbox_relay.stack import StackInfo
+from outbox_relay.stream.lanes import LANE_THREAD
 from outbox_relay.stream.runner import RunResult
 from outbox_relay.stream.stop import StopSignal
 from tests.integration.conftest import ConfigFactory, RelayRunner
@@ -62,7 +63,6 @@ PROCESS_PER_TOPIC = 10_000
 
 LOCKED = "SELECT topic, locked_by FROM kafka_topic_info WHERE locked_by IS NOT NULL"
 STAGED = "SELECT count(*) FROM relay_ledger_staging"
-DRAIN_LANE = "relay-drain-lane"  # the lanes' thread name
 
 
 @dataclass
@@ -177,7 +177,7 @@ def test_a_budget_spent_while_the_drain_lanes_work_ends_them_too(
     stop = StopSignal()
 
     def lane_claimed() -> bool:
-        return any(r.name == "outbox_relay.observe.runtime" and r.threadName == DRAIN_LANE
+        return any(r.name == "outbox_relay.observe.runtime" and r.threadName == LANE_THREAD
                    and isinstance(r.args, tuple) and r.args[:1] == ("claim",)
                    for r in list(caplog.records))
 
@@ -192,7 +192,7 @@ def test_a_budget_spent_while_the_drain_lanes_work_ends_them_too(
     spender.join(5)
 
     ending.check(migrated_url)
-    assert any(t == DRAIN_LANE and at < ending.spent for at, t in ending.claims)
+    assert any(t == LANE_THREAD and at < ending.spent for at, t in ending.claims)
 
 
 def test_a_spark_submit_drain_with_a_time_budget_exits_left_over_holding_no_lock(
