@@ -14,6 +14,10 @@ from outbox_relay.ledger.delta import Ledger
 log = logging.getLogger(__name__)
 
 _FIRST_COPY_POLL_S = 2.0
+# Early polls end this long after the start, too: an idle outbox stages nothing, and its
+# relay polled every 2 s for ever (five statements each: a relay of a hundred idle
+# databases made 250 of them a second for nothing).
+_EARLY_FOR_S = 60.0
 _DEFER_POLL_S = 1.0
 # A copy waits for a drain lane at most this many intervals past its time: under a
 # backlog that never ends, staging would otherwise grow and Delta lag without bound.
@@ -99,6 +103,7 @@ class LedgerFlusher:
         # SOAK). A copy longer than the interval is followed at once by the next.
         clock = self._clock
         early = self._copy_early
+        early_until = clock.now() + _EARLY_FOR_S
         due = clock.now() + self._wait_s(early)
         while not clock.wait(self._done, max(0.0, due - clock.now())):
             if not self._wait_for_the_drain(due):
@@ -107,7 +112,7 @@ class LedgerFlusher:
             # Early polling ends with the first copy, or the first failure: a copy that
             # keeps failing is retried (and logged) once an interval, not every 2 s.
             copied = self.flush_once()
-            early = early and copied == 0
+            early = early and copied == 0 and clock.now() < early_until
             due = started + self._wait_s(early)
 
     def _wait_for_the_drain(self, due: float) -> bool:

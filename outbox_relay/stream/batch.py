@@ -42,12 +42,19 @@ IDLE_AFTER_S = 1.0
 # Failures after which a batch body gives up its rounds and the next ones try again.
 _RETRIED = (DatabaseUnavailableError, UnreachableError)
 
-# One loose scan of the outbox (pending_topics) at a time in a process. When a drain
+# One loose scan of an outbox (pending_topics) at a time in a process. When a drain
 # ends, the index entries of its last round's rows are dead but not yet marked so, and a
 # scan checks each in the heap (and marks it) once: the two lanes' scans at once each
 # paid that whole walk, 4.8 s each after a 1M-row drain, where the second one, run
-# after the first, finds the entries marked.
-_SCAN = threading.Lock()
+# after the first, finds the entries marked. One lock per outbox: a relay of several
+# databases must not make one database's rounds wait for another's scan.
+_SCANS: dict[str, threading.Lock] = {}
+_SCANS_GUARD = threading.Lock()
+
+
+def _scan_lock(url: str) -> threading.Lock:
+    with _SCANS_GUARD:
+        return _SCANS.setdefault(url, threading.Lock())
 
 
 @dataclass(frozen=True)
@@ -265,7 +272,7 @@ class BatchProcessor:
             # it probed forwards over the index entries of the rows the drain deleted; it probes
             # backwards now, and this saves its statement a round.
             return sorted(only)
-        with _SCAN:
+        with _scan_lock(self._db.config.url):
             states = pending_topics(self._db, self._settings.lock_timeout_s, self._filter,
                                     bound)
         ready = [s.topic for s in states if s.state == "ready" and (bound is None or s.below_bound)]

@@ -93,6 +93,6 @@ class DatabaseRun:
                 return RunResult(ExitCode.INTERRUPTED if self.available_now else ExitCode.OK,
                                  RelayStats(), 0.0, [])
             return run_relay(relay, self.available_now, self.stop, None, self.source,
-                             self.started)
+                             self.started, lazy=True)
         finally:
             relay.close()

@@ -3,9 +3,11 @@
 Each database has the whole control plane of a relay of one (outbox_relay.wiring's
 Relay: its connections, tokens, locks, claims, ledger and liveness) and runs as one does
 (outbox_relay.stream.runner), in a thread of its own (outbox_relay.stream.database_run):
-its rounds go through the driver's producer from the start, and its backlogs through
-Spark's executors once the one session all of them share is up (each database's
-streaming query is its own, in that session).
+its rounds go through the driver's producer, and its backlogs through Spark's executors
+in the one session all of them share. A database starts a streaming query of its own,
+in that session, only when it needs one: a backlog, or work its direct rounds cannot
+finish alone (outbox_relay.stream.before_spark, `lazy`); an idle database costs its
+polls and nothing more.
 
 Isolation: a database's failure stops its own relay only (a child StopSignal each). A
 continuous relay tries a database it cannot reach, or whose run failed, again after a
@@ -77,6 +79,10 @@ def run_many(config: Config, available_now: bool, stop: StopSignal, source: Spar
         run.thread.start()
         return run
 
+    if not available_now:
+        # The session every database's backlog shares: up before one meets a backlog
+        # (a database's rounds stay on the driver's producer until then).
+        source.begin()
     catalog = Catalog(config, os.environ if env is None else env) if config.catalog else None
     fleet = _Fleet(start)
     with exported(config.metrics, metrics.registry, available_now, config.relay.source_name):

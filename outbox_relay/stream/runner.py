@@ -80,16 +80,18 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None,
 
 
 def run_relay(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO | None,
-              source: SparkSource | None, started: float | None) -> RunResult:
+              source: SparkSource | None, started: float | None, lazy: bool = False
+              ) -> RunResult:
     """run() without exporting the metrics: a relay of several databases exports all of
-    theirs at once (outbox_relay.stream.many)."""
+    theirs at once (outbox_relay.stream.many), and starts a database's query only when
+    it needs one (`lazy`: outbox_relay.stream.before_spark)."""
     if relay.spark is None and source is None:
         raise ValueError("a relay without a Spark session needs a source for one")
-    return _run(relay, available_now, stop, progress, source, started)
+    return _run(relay, available_now, stop, progress, source, started, lazy)
 
 
 def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO | None,
-         source: SparkSource | None, launched: float | None) -> RunResult:
+         source: SparkSource | None, launched: float | None, lazy: bool) -> RunResult:
     started = time.monotonic()
     bound = max_id(relay.db) if available_now else None
     stats = RelayStats()
@@ -114,7 +116,9 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO |
             assert source is not None
             try:
                 done = rounds_before_spark(processor, source, stop,
-                                           available_now=available_now, drained=drained)
+                                           available_now=available_now, drained=drained,
+                                           lazy=lazy,
+                                           when_up=relay.ledger.attach if lazy else None)
             finally:
                 processor.close()
             if not done:

@@ -246,3 +246,50 @@ def test_a_drain_drains_every_database_it_reaches_and_says_one_was_not(
     assert codes["db-0"] == codes["db-1"] == ExitCode.OK
     assert codes["gone"] != ExitCode.OK
     assert result.exit_code == codes["gone"]
+
+
+def test_only_a_database_with_a_backlog_starts_a_streaming_query(
+    stack: StackInfo, databases: Databases, spark: SparkSession, tmp_path: Path,
+) -> None:
+    """A continuous relay of several databases: one with a trickle stays on the driver's
+    producer, one with a backlog (claims cut at the direct lane's limit) starts its query
+    and its backlog goes to the executors; a consumer reads every id of both in order."""
+    (quiet, quiet_url), (busy, busy_url) = entries = databases(2)
+    topic = unique("many-lazy")
+    create_topics(stack.kafka_bootstrap, {topic: 3})
+    config = build_config(profile_data(stack, tmp_path, entries, [topic], direct_max_rows=20),
+                          env={})
+    for _, url in entries:
+        migrate_url(url)
+    backlog = every_key_shape([topic], 100)
+    written = {busy: dict(zip(insert(busy_url, [backlog[j:j + 50] for j in
+                                                range(0, len(backlog), 50)]),
+                              backlog, strict=True))}
+    stop = StopSignal()
+    results: list[ManyResult] = []
+    runner = threading.Thread(target=lambda: results.append(_run(config, spark, False, stop)),
+                              daemon=True)
+    runner.start()
+    try:
+        trickle: dict[int, Msg] = {}
+        for _ in range(5):  # rounds of 3 rows: each under the direct lane's limit
+            msgs = every_key_shape([topic], 3)
+            trickle.update(zip(insert(quiet_url, [msgs]), msgs, strict=True))
+            time.sleep(0.5)
+        written[quiet] = trickle
+        expect = sum(len(m) for m in written.values())
+        got = consume(stack.kafka_bootstrap, [topic], expect=expect, timeout_s=90)
+
+        def names() -> set[str]:
+            return {q.name for q in spark.streams.active}
+
+        # The backlog's query may start after its rows left by the driver's producer.
+        assert wait_for(lambda: any(n.endswith(f"/{busy}") for n in names()), 60, 0.2)
+        time.sleep(3)  # a query the quiet database started beside it would be up by now
+        active = names()
+    finally:
+        stop.request("the test's end")
+        runner.join(60)
+    assert not any(n.endswith(f"/{quiet}") for n in active), active
+    _check_delivery(written, got)
+    assert results and results[0].exit_code == ExitCode.OK

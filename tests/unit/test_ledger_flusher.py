@@ -70,6 +70,12 @@ def test_early_polls_stop_at_the_first_copy() -> None:
         2, 4, 6, 8, 38, 68, 98]
 
 
+def test_early_polls_end_a_minute_after_the_start_when_nothing_is_staged() -> None:
+    # An idle outbox: 2 s polls for the first minute, then the interval's.
+    assert _copies([0], horizon=150, interval_s=30, copy_early=True) == [
+        *range(2, 62, 2), 90, 120, 150]
+
+
 def test_early_polls_stop_at_the_first_failure() -> None:
     assert _copies([RuntimeError("Delta path unwritable"), 1], horizon=100, interval_s=30,
                    copy_early=True) == [2, 32, 62, 92]
