@@ -18,7 +18,9 @@ settled machine. Each figure is read from Kafka by an independent consumer
 - W3: 1,000 new topics of 1 partition x 100 messages of 1 KB;
 - MANY: one relay for eight databases x 100,000 messages of 1 KB, against eight peers
   side by side, one per database (bench/workloads/many.py); then 500 msg/s in all into
-  seven databases of a relay of eight whose eighth is down, its steady half-minute.
+  seven databases of a relay of eight whose eighth is down, its steady half-minute; then
+  MANYIDLE: a relay of a hundred databases, a message every 0.1 s into one of them in
+  turn (each idle for over a minute before its next), its second minute, then idle.
 
 Reports go to reports/bench-default.json and .md. `--quick` checks the benchmark itself
 at a tiny scale in a scratch database of the stack, and reports into its work folder.
@@ -44,7 +46,7 @@ from bench.report.targets import rows
 from bench.stack import REPO, Stack, local_stack, log, sys_load
 from bench.workloads.drain import pair
 from bench.workloads.first import first_record
-from bench.workloads.latency import cases, latency_run, many_stopped
+from bench.workloads.latency import cases, latency_run, many_idle, many_stopped
 from bench.workloads.many import many
 
 WORK = REPO / ".relay-data" / "bench-default"
@@ -57,11 +59,13 @@ class Scale:
     many_rows: int  # a database's, of MANY's eight
     minute_s: float
     idle_s: float
+    idle_databases: int  # MANYIDLE's
 
 
 FULL = Scale(w1_rows=1_000_000, w3_topics=1_000, many_rows=100_000, minute_s=60.0,
-             idle_s=30.0)
-QUICK = Scale(w1_rows=10_000, w3_topics=20, many_rows=1_000, minute_s=15.0, idle_s=10.0)
+             idle_s=30.0, idle_databases=100)
+QUICK = Scale(w1_rows=10_000, w3_topics=20, many_rows=1_000, minute_s=15.0, idle_s=10.0,
+              idle_databases=10)
 
 Part = Callable[[Stack, Path, Scale], dict[str, Any]]
 PARTS: dict[str, Part] = {
@@ -77,6 +81,8 @@ PARTS: dict[str, Part] = {
     "MANY": lambda stack, work, s: {
         "MANY": many(stack, work, s.many_rows),
         "MANYSTOP": latency_run(stack, work, "MANYSTOP", many_stopped(s.minute_s))},
+    "MANYIDLE": lambda stack, work, s: {"MANYIDLE": latency_run(
+        stack, work, "MANYIDLE", many_idle(s.minute_s, s.idle_s, s.idle_databases))},
 }
 
 

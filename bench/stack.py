@@ -72,16 +72,21 @@ def scratch_database(label: str, keep: bool = False) -> Iterator[str]:
     dropped at the end unless `keep`."""
     base = outbox_relay.stack.up().postgres_url
     name = f"bench_{label}_{uuid.uuid4().hex[:8]}"
-    admin = connect(base)
+    # A connection each time, none held meanwhile: MANYIDLE's hundred databases and their
+    # relay's three connections each fill the server's max_connections otherwise.
+    _admin(base, f'CREATE DATABASE "{name}"')  # a generated identifier
+    try:
+        yield migrated(f"{base.rpartition('/')[0]}/{name}")
+    finally:
+        if not keep:
+            _admin(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _admin(url: str, statement: str) -> None:
+    admin = connect(url)
     try:
         with admin.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')  # a generated identifier
-        try:
-            yield migrated(f"{base.rpartition('/')[0]}/{name}")
-        finally:
-            if not keep:
-                with admin.cursor() as cur:
-                    cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            cur.execute(statement)
     finally:
         admin.close()
 

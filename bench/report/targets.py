@@ -173,6 +173,12 @@ TARGETS: list[Target] = [
                   "MANY", None),
     Target("MANY, one database of 8 down: 500 msg/s in all into the other 7, p99 (s)",
            "MANYSTOP", lambda p: dig(p, "steady", "p99_s"), 0.5, why=_lat_why("steady")),
+    Target("MANYIDLE, 100 idle databases, 10 msg/s into one at a time: p99 (s)",
+           "MANYIDLE", lambda p: dig(p, "trickle", "p99_s"), 1.0, why=_lat_why("trickle")),
+    Target("MANYIDLE, 100 idle databases: CPU of the relay's processes (cores)", "MANYIDLE",
+           lambda p: dig(p, "idle", "cores"), 0.1,
+           beside=lambda p: f"{num(dig(p, 'trickle', 'cores'), ' cores')} under the trickle",
+           why=lambda p: kinds(dig(p, "idle", "by_kind"), " cores")),
     Target("scheduled drain, 1,000 messages over 10 topics (--available-now): launch to "
            "exit (s)", "DRAIN", lambda p: dig(p, "relay", "exit_s"), 6.0,
            beside=lambda p: f"peer {num(dig(p, 'peer', 'exit_s'), ' s')}",

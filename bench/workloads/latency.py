@@ -28,7 +28,7 @@ START_S, TX_ROWS, PARTITIONS = 5.0, 10, 3
 # ledger.flush_interval_s, 10 s) is work, not idleness: the idle window starts after it.
 IDLE_AFTER_S = 10.0
 # Late, in each window: longer than its target's p99 bound (docs/performance.md).
-LATE_S = {"first_minute": 0.5, "steady": 0.2}
+LATE_S = {"first_minute": 0.5, "steady": 0.2, "trickle": 1.0}
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,15 @@ def many_stopped(minute_s: float) -> Case:
     """500 msg/s in all into seven databases of a relay of eight whose eighth is down: the
     second half of its first minute (the first is the eight streaming queries' start)."""
     return Case(500, {"steady": (START_S + minute_s / 2, START_S + minute_s)}, databases=7)
+
+
+def many_idle(minute_s: float, idle_s: float, databases: int) -> Case:
+    """A relay of `databases` databases (and one more that is down), a transaction of 10
+    messages a second into one of them in turn: each database idle for over a minute
+    (at a hundred) before its next. Its second minute (the first holds the session's
+    start and the ledger's early polls), then idle."""
+    return Case(10, {"trickle": (START_S + minute_s, START_S + 2 * minute_s)}, idle_s,
+                databases=databases)
 
 
 def _writer(urls: list[str], topic: str, case: Case, t0: float,

@@ -84,9 +84,31 @@ class Database:
     def transaction(self) -> Iterator[psycopg2.extras.RealDictCursor]:
         """A transaction: committed on success, rolled back on any error."""
         conn = self._connection()
+        with self._translated(conn), conn, conn.cursor(
+                cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+            yield cur
+
+    def read(self, statement: str, params: Params = None) -> list[dict[str, Any]]:
+        """The rows of one read-only statement, run on its own (autocommit): one round
+        trip where a transaction takes three (BEGIN, the statement, COMMIT). For the
+        polls an idle relay makes several times a second, in each of its databases."""
+        conn = self._connection()
+        with self._translated(conn):
+            conn.autocommit = True
+            try:
+                with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+                    cur.execute(statement, params)
+                    return [dict(r) for r in cur.fetchall()] if cur.description else []
+            finally:
+                if not conn.closed:
+                    conn.autocommit = False
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def _translated(self, conn: psycopg2.extensions.connection) -> Iterator[None]:
+        """Driver errors as the relay's own, the connection forgotten once broken."""
         try:
-            with conn, conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-                yield cur
+            yield
         except psycopg2.Error as exc:
             self._forget_if_broken(conn)
             kind = (

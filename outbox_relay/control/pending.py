@@ -92,7 +92,7 @@ def pending_topics(
 ) -> list[TopicState]:
     # 0 is a bound (an empty outbox at a drain's start: every later row lies above it).
     limit = 2**63 - 1 if bound is None else bound
-    rows = db.all(PENDING_TOPICS, {"lock_timeout_s": lock_timeout_s, "bound": limit})
+    rows = db.read(PENDING_TOPICS, {"lock_timeout_s": lock_timeout_s, "bound": limit})
     return [
         TopicState(
             topic=r["topic"],

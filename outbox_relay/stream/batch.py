@@ -110,6 +110,7 @@ class BatchProcessor:
         self._found_backlog: frozenset[str] = frozenset()
         self._drains = list(drains)
         self._worked_at = time.monotonic()  # when a round last locked a topic
+        self.last_worked = False  # whether the last round did
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         self.run_rounds(f"micro-batch {batch_id}", self._settings.micro_batch_s)
@@ -216,12 +217,16 @@ class BatchProcessor:
             self._show_progress()
         if not self.continuous and not draining:
             return False
+        pause = min(self.poll_wait_s(), deadline - time.monotonic())
+        return pause > 0 and not self.stop.wait(pause)
+
+    def poll_wait_s(self) -> float:
+        """How long to wait after a round without work before the next one: the idle
+        interval once no round worked for a while, else the poll interval."""
         settings = self._settings
         idle = time.monotonic() - self._worked_at >= IDLE_AFTER_S
-        wait = max(settings.idle_poll_interval_s, settings.poll_interval_s) if idle else (
+        return max(settings.idle_poll_interval_s, settings.poll_interval_s) if idle else (
             settings.poll_interval_s)
-        pause = min(wait, deadline - time.monotonic())
-        return pause > 0 and not self.stop.wait(pause)
 
     def close(self) -> None:
         """Closes this lane's round and its drain lanes' (their producers)."""
@@ -258,6 +263,7 @@ class BatchProcessor:
         """One round, on the ready topics (with rows up to `bound` when given; of `only`
         when given, else not the drain lane's); returns whether it locked any topic."""
         worked = self._round.run(self._ready(bound, only))
+        self.last_worked = worked
         if worked:
             self._worked_at = time.monotonic()
         self._found_backlog = self.backlogged

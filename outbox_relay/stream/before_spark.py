@@ -101,6 +101,13 @@ def _slices(processor: BatchProcessor, wants: _Wants, stop: StopSignal, *,
             raise processor.failure
         if stop.requested:
             break
+        # A slice ends with a round at its deadline: after one that found no work, the
+        # next slice's first round waits a poll, as the rounds within a slice do (else
+        # each slice polled once more: 6 polls a second where the idle interval makes
+        # 4, in each database of a relay of several).
+        if (not available_now and not processor.last_worked
+                and stop.wait(processor.poll_wait_s())):
+            break
         if available_now and not wants.wanted and processor.stats.batches == batches:
             # A round found nothing to do (a backlog wanted the query already).
             if drained():

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from outbox_relay.config import MetricsConfig
+from outbox_relay.config import MetricsConfig, PostgresConfig
 from outbox_relay.config.models import MAX_DRAIN_LANES
 from outbox_relay.control.db import Database
 from outbox_relay.control.pending import TopicState
@@ -254,11 +254,15 @@ class _Round:
         return bool(ready)
 
 
+# Never connected: the test's rounds make no statement (pending_topics is patched).
+_NO_DB = Database(PostgresConfig())
+
+
 def _processor(drain: DrainLane | None, *more: DrainLane) -> tuple[BatchProcessor, _Round]:
     rnd = _Round()
     settings = BatchSettings(micro_batch_s=1, poll_interval_s=0.01, lock_timeout_s=10,
                              include_topics=[".*"], exclude_topics=[])
-    processor = BatchProcessor(cast(Database, None), RuntimeMetrics(MetricsConfig(), "test"),
+    processor = BatchProcessor(_NO_DB, RuntimeMetrics(MetricsConfig(), "test"),
                                settings, lambda _finished: cast(Round, rnd), StopSignal(),
                                drains=[drain, *more] if drain is not None else [])
     return processor, rnd
@@ -425,7 +429,7 @@ def test_an_idle_continuous_body_polls_at_the_idle_interval_after_a_second(
     settings = BatchSettings(micro_batch_s=1, poll_interval_s=0.02, lock_timeout_s=10,
                              include_topics=[".*"], exclude_topics=[],
                              idle_poll_interval_s=0.25)
-    processor = BatchProcessor(cast(Database, None), RuntimeMetrics(MetricsConfig(), "test"),
+    processor = BatchProcessor(_NO_DB, RuntimeMetrics(MetricsConfig(), "test"),
                                settings, lambda _finished: cast(Round, idle), StopSignal(),
                                continuous=True)
     began = time.monotonic()
