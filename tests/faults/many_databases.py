@@ -21,7 +21,7 @@ from tests.faults.infra import create_topics, outbox_count, scalar, unique, wait
 from tests.faults.oracle import Record, Verdict, verdict
 from tests.faults.outbox_writer import Msg, Outbox, traffic
 from tests.faults.recorders import ownership, quiesce
-from tests.faults.relay_proc import RelayProc, relay_config, sources_connected
+from tests.faults.relay_proc import RelayProc, liveness_connected, relay_config
 from tests.faults.trickle import Trickle
 from tests.integration.many import by_database
 
@@ -133,12 +133,13 @@ def bursts(outboxes: Mapping[str, TimedOutbox], names: Iterable[str],
 
 
 def wait_steady(urls: Mapping[str, str], proc: RelayProc) -> float:
-    """Waits until every database's streaming query polls it and its relay has caught up
-    with the trickle; returns the seconds it took."""
+    """Waits until every database's relay runs (its liveness is held: a trickle starts
+    no streaming query) and has caught up with the trickle; returns the seconds it
+    took."""
 
     def steady() -> bool:
         assert proc.alive(), f"the relay exited\n{proc.tail()}"
-        return all(sources_connected(url) >= 1 and outbox_count(url) < CAUGHT_UP
+        return all(liveness_connected(url) >= 1 and outbox_count(url) < CAUGHT_UP
                    for url in urls.values())
 
     return wait_until(steady, 300, "every database's relay to run", interval_s=0.5,

@@ -16,6 +16,8 @@ from typing import Any
 from outbox_relay.config import Config
 from outbox_relay.config.load import build_config
 from outbox_relay.config.models import MAX_DRAIN_LANES
+from outbox_relay.control.liveness import APPLICATION_NAME as LIVENESS_APPLICATION
+from outbox_relay.control.pending import SOURCE_APPLICATION
 from outbox_relay.wiring import lane_token, process_token
 from tests.faults.infra import query, scalar, wait_until
 from tests.integration.process import write_profile
@@ -197,6 +199,17 @@ def lane_tokens(token: str) -> list[str]:
 
 def sources_connected(url: str) -> int:
     """How many relays have their streaming source polling this database."""
+    return _connected(url, SOURCE_APPLICATION)
+
+
+def liveness_connected(url: str) -> int:
+    """How many relays hold their liveness in this database: each relay of it runs,
+    with or without a streaming query (a relay of several databases starts a
+    database's query only once it meets a backlog)."""
+    return _connected(url, LIVENESS_APPLICATION)
+
+
+def _connected(url: str, application: str) -> int:
     return int(scalar(url, "SELECT count(*) FROM pg_stat_activity "
-                      "WHERE datname = current_database() "
-                      "AND application_name = 'outbox-relay-source'"))
+                      "WHERE datname = current_database() AND application_name = %s",
+                      (application,)))
