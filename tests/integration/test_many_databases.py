@@ -6,10 +6,12 @@ each database's ledger accounts for its ids."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg2
@@ -123,22 +125,31 @@ def test_one_relay_relays_eight_databases_each_in_key_order_and_each_ledger_hold
         assert ledger == Counter(list(written[name])), name
 
 
-def _run_until_delivered(config: Config, spark: SparkSession, urls: list[str]) -> ManyResult:
-    """A continuous relay, stopped once every outbox is empty and every ledger record is
-    copied to Delta (a stop leaves staged records for the next copy)."""
+@contextlib.contextmanager
+def _continuous(config: Config, spark: SparkSession, join_s: float = 60.0
+                ) -> Iterator[list[ManyResult]]:
+    """A continuous relay in a thread for the block, stopped and waited for (up to
+    `join_s`) at its end; the list holds its result once it ended."""
     stop = StopSignal()
     results: list[ManyResult] = []
     runner = threading.Thread(target=lambda: results.append(_run(config, spark, False, stop)),
                               daemon=True)
     runner.start()
     try:
+        yield results
+    finally:
+        stop.request("the test's end")
+        runner.join(join_s)
+
+
+def _run_until_delivered(config: Config, spark: SparkSession, urls: list[str]) -> ManyResult:
+    """A continuous relay, stopped once every outbox is empty and every ledger record is
+    copied to Delta (a stop leaves staged records for the next copy)."""
+    with _continuous(config, spark, join_s=120) as results:
         assert wait_for(lambda: all(
             query(url, "SELECT (SELECT count(*) FROM kafka_messages) "
                        "+ (SELECT count(*) FROM relay_ledger_staging)") == [(0,)]
             for url in urls), 180, 0.2), "the continuous relay left rows or staged records"
-    finally:
-        stop.request("the test's end")
-        runner.join(120)
     assert results, "the continuous relay did not end after its stop"
     return results[0]
 
@@ -185,31 +196,25 @@ def test_a_continuous_relay_relays_the_others_while_one_database_is_missing_and_
     config = build_config(data, env={})
     for _, url in entries:
         migrate_url(url)
-    stop = StopSignal()
-    results: list[ManyResult] = []
-    runner = threading.Thread(target=lambda: results.append(_run(config, spark, False, stop)),
-                              daemon=True)
-    runner.start()
     try:
-        written = {name: dict(zip(insert(url, [every_key_shape([topic], 12)]),
-                                  every_key_shape([topic], 12), strict=True))
-                   for name, url in entries}
-        early = consume(stack.kafka_bootstrap, [topic], expect=24, timeout_s=60)
-        assert len({r.outbox_id for r in early}) >= 12
-        _check_delivery(written, early)
-        admin = psycopg2.connect(stack.postgres_url)
-        admin.autocommit = True
-        with admin.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{late_name}"')
-        admin.close()
-        migrate_url(late_url)
-        msgs = every_key_shape([topic], 12)
-        written["late"] = dict(zip(insert(late_url, [msgs]), msgs, strict=True))
-        assert wait_for(lambda: query(late_url, "SELECT count(*) FROM kafka_messages")
-                        == [(0,)], 60, 0.2)
+        with _continuous(config, spark) as results:
+            written = {name: dict(zip(insert(url, [every_key_shape([topic], 12)]),
+                                      every_key_shape([topic], 12), strict=True))
+                       for name, url in entries}
+            early = consume(stack.kafka_bootstrap, [topic], expect=24, timeout_s=60)
+            assert len({r.outbox_id for r in early}) >= 12
+            _check_delivery(written, early)
+            admin = psycopg2.connect(stack.postgres_url)
+            admin.autocommit = True
+            with admin.cursor() as cur:
+                cur.execute(f'CREATE DATABASE "{late_name}"')
+            admin.close()
+            migrate_url(late_url)
+            msgs = every_key_shape([topic], 12)
+            written["late"] = dict(zip(insert(late_url, [msgs]), msgs, strict=True))
+            assert wait_for(lambda: query(late_url, "SELECT count(*) FROM kafka_messages")
+                            == [(0,)], 60, 0.2)
     finally:
-        stop.request("the test's end")
-        runner.join(60)
         drop = psycopg2.connect(stack.postgres_url)
         drop.autocommit = True
         with drop.cursor() as cur:
@@ -265,12 +270,7 @@ def test_only_a_database_with_a_backlog_starts_a_streaming_query(
     written = {busy: dict(zip(insert(busy_url, [backlog[j:j + 50] for j in
                                                 range(0, len(backlog), 50)]),
                               backlog, strict=True))}
-    stop = StopSignal()
-    results: list[ManyResult] = []
-    runner = threading.Thread(target=lambda: results.append(_run(config, spark, False, stop)),
-                              daemon=True)
-    runner.start()
-    try:
+    with _continuous(config, spark) as results:
         trickle: dict[int, Msg] = {}
         for _ in range(5):  # rounds of 3 rows: each under the direct lane's limit
             msgs = every_key_shape([topic], 3)
@@ -287,9 +287,6 @@ def test_only_a_database_with_a_backlog_starts_a_streaming_query(
         assert wait_for(lambda: any(n.endswith(f"/{busy}") for n in names()), 60, 0.2)
         time.sleep(3)  # a query the quiet database started beside it would be up by now
         active = names()
-    finally:
-        stop.request("the test's end")
-        runner.join(60)
     assert not any(n.endswith(f"/{quiet}") for n in active), active
     _check_delivery(written, got)
     assert results and results[0].exit_code == ExitCode.OK
