@@ -85,6 +85,7 @@ class BatchProcessor:
                  bound: int | None = None, continuous: bool = False,
                  stats: RelayStats | None = None, drains: Sequence[DrainLane] = ()) -> None:
         self._db = db
+        self._scan = _scan_lock(db.config.url)  # this outbox's, shared by its lanes
         self._metrics = metrics
         self._settings = settings
         self.stop = stop
@@ -278,7 +279,7 @@ class BatchProcessor:
             # it probed forwards over the index entries of the rows the drain deleted; it probes
             # backwards now, and this saves its statement a round.
             return sorted(only)
-        with _scan_lock(self._db.config.url):
+        with self._scan:
             states = pending_topics(self._db, self._settings.lock_timeout_s, self._filter,
                                     bound)
         ready = [s.topic for s in states if s.state == "ready" and (bound is None or s.below_bound)]
