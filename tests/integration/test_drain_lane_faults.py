@@ -9,6 +9,7 @@ A topic of 3,000 rows in claims of 150 moves to the drain lane after its first r
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import psycopg2
@@ -16,10 +17,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from outbox_relay.config import Config
+from outbox_relay.control.claims import Claim
 from outbox_relay.control.db import Database
 from outbox_relay.control.pending import relays_polling
 from outbox_relay.stack import StackInfo
 from outbox_relay.stream import batch
+from outbox_relay.stream.delivery import Delivery, Outcome
+from outbox_relay.stream.lanes import LANE_THREAD
 from outbox_relay.stream.runner import EXIT_INTERRUPTED, EXIT_OK, RunResult, run
 from outbox_relay.stream.stop import StopSignal
 from outbox_relay.wiring import DRAIN_SUFFIX, Relay, build_relay
@@ -138,20 +142,33 @@ def test_a_connection_dropped_after_a_drain_round_gives_the_topic_back_at_once(
 
 def test_a_lock_lost_during_a_drain_round_loses_nothing_and_keeps_key_order(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Another relay takes the topic's lock while the drain lane holds it (as after an
     expiry): the lane must not delete what it claimed, and once the lock comes back the
-    rest drains with every first appearance in key order."""
+    rest drains with every first appearance in key order. The lane's first write waits
+    until the lock is taken: polled for instead, a claim in flight was missed on a
+    loaded machine, where 3,000 rows drained between two polls."""
     big, written = _backlog(stack, migrated_url, "lane-lost", 3_000)
+    writing, stolen = threading.Event(), threading.Event()
+    deliver = Delivery.deliver
+
+    def held_once(self: Delivery, batch_id: int, sessions: list[Claim]) -> Outcome:
+        if threading.current_thread().name == LANE_THREAD and not writing.is_set():
+            writing.set()
+            stolen.wait(60)
+        return deliver(self, batch_id, sessions)
+
+    monkeypatch.setattr(Delivery, "deliver", held_once)
     relay = build_relay(_lane_config(make_config, big), spark)
     stop = StopSignal()
     thread, results = run_in_thread(lambda: _run(relay, available_now=False, stop=stop))
     try:
-        claimed: set[int] = set()
-        while not claimed:
-            assert wait_for(lambda: query(migrated_url, DRAIN_WRITES, (big, ANY_DRAIN))[0][0]
-                            > 0, 120, 0.01), "the drain lane never claimed"
-            claimed = _steal(migrated_url, big)
+        assert writing.wait(120), "the drain lane never claimed"
+        assert query(migrated_url, DRAIN_WRITES, (big, ANY_DRAIN))[0][0] > 0
+        claimed = _steal(migrated_url, big)
+        stolen.set()
+        assert claimed, "the drain lane held no claim in its write"
         lost = "outbox_relay_lock_lost_total"
         assert wait_for(lambda: (relay.metrics.registry.get_sample_value(lost) or 0) > 0,
                         60, 0.05), "the relay never noticed the lost lock"
