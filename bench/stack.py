@@ -73,7 +73,7 @@ def scratch_database(label: str, keep: bool = False) -> Iterator[str]:
     base = outbox_relay.stack.up().postgres_url
     name = f"bench_{label}_{uuid.uuid4().hex[:8]}"
     # A connection each time, none held meanwhile: MANYIDLE's hundred databases and their
-    # relay's three connections each fill the server's max_connections otherwise.
+    # relay's four connections each fill the server's max_connections otherwise.
     _admin(base, f'CREATE DATABASE "{name}"')  # a generated identifier
     try:
         yield migrated(f"{base.rpartition('/')[0]}/{name}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import select
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -26,8 +28,10 @@ Params = Sequence[Any] | dict[str, Any] | None
 PING = "SELECT 1"
 
 
-def connect(pg: PostgresConfig, application_name: str) -> psycopg2.extensions.connection:
-    """Open a connection with the relay's session settings, or raise UnreachableError."""
+def connect(pg: PostgresConfig, application_name: str, asynchronous: bool = False
+            ) -> psycopg2.extensions.connection:
+    """Open a connection with the relay's session settings, or raise UnreachableError.
+    An `asynchronous` one (always autocommit) is open once this returns."""
     # No bitmap scans: the control plane's probes are `ORDER BY id LIMIT n` walks of
     # (topic, id) meant to stop at the first live rows. After an autoanalyze that caught
     # the outbox nearly empty, the planner chose a bitmap scan and a sort instead, which
@@ -41,7 +45,7 @@ def connect(pg: PostgresConfig, application_name: str) -> psycopg2.extensions.co
         "-c TimeZone=UTC"
     )
     try:
-        return psycopg2.connect(
+        conn = psycopg2.connect(
             host=pg.host,
             port=pg.port,
             dbname=pg.database,
@@ -51,11 +55,30 @@ def connect(pg: PostgresConfig, application_name: str) -> psycopg2.extensions.co
             connect_timeout=pg.connect_timeout_s,
             application_name=application_name,
             options=options,
+            async_=asynchronous,
         )
+        if asynchronous:
+            _opened(conn, time.monotonic() + pg.connect_timeout_s)
+        return conn
     except psycopg2.Error as exc:
         raise UnreachableError(
             f"cannot reach PostgreSQL at {pg.where()}: {first_line(exc)}"
         ) from None
+
+
+def _opened(conn: psycopg2.extensions.connection, deadline: float) -> None:
+    """Waits for an asynchronous connection to open, up to `deadline`: libpq leaves the
+    connect timeout of those to the caller."""
+    while True:
+        state = conn.poll()
+        if state == psycopg2.extensions.POLL_OK:
+            return
+        left = deadline - time.monotonic()
+        reading = state == psycopg2.extensions.POLL_READ
+        if left <= 0 or not any(select.select([conn] if reading else [], [] if reading
+                                              else [conn], [], left)):
+            conn.close()
+            raise psycopg2.OperationalError("timeout expired")
 
 
 class Database:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from outbox_relay.control.db import Database
 from outbox_relay.control.locks import IN_BACKOFF, RETRY_AT, live_lock
@@ -90,9 +91,18 @@ class TopicFilter:
 def pending_topics(
     db: Database, lock_timeout_s: float, topic_filter: TopicFilter, bound: int | None = None
 ) -> list[TopicState]:
+    return topic_states(db.read(PENDING_TOPICS, pending_params(lock_timeout_s, bound)),
+                        topic_filter)
+
+
+def pending_params(lock_timeout_s: float, bound: int | None = None) -> dict[str, Any]:
     # 0 is a bound (an empty outbox at a drain's start: every later row lies above it).
-    limit = 2**63 - 1 if bound is None else bound
-    rows = db.read(PENDING_TOPICS, {"lock_timeout_s": lock_timeout_s, "bound": limit})
+    return {"lock_timeout_s": lock_timeout_s, "bound": 2**63 - 1 if bound is None else bound}
+
+
+def topic_states(rows: Iterable[Mapping[str, Any]], topic_filter: TopicFilter
+                 ) -> list[TopicState]:
+    """PENDING_TOPICS's rows of the topics `topic_filter` lets through."""
     return [
         TopicState(
             topic=r["topic"],
@@ -106,6 +116,11 @@ def pending_topics(
         for r in rows
         if topic_filter(r["topic"])
     ]
+
+
+def ready_topics(states: Iterable[TopicState], bound: int | None = None) -> list[str]:
+    """The topics a round may lock now (with rows up to `bound` when given)."""
+    return [s.topic for s in states if s.state == "ready" and (bound is None or s.below_bound)]
 
 
 def max_id(db: Database) -> int:

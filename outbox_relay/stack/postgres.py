@@ -57,12 +57,12 @@ def socket_dir_for(paths: StackPaths, port: int) -> str:
 
 def server_settings(port: int, socket_dir: str) -> dict[str, str]:
     """Settings for a dev/test box: TCP on loopback, room for Spark's JDBC pools and for
-    a relay of a hundred databases (three connections each while idle: bench MANYIDLE)."""
+    a relay of a hundred databases (four connections each while idle: bench MANYIDLE)."""
     return {
         "listen_addresses": HOST,
         "port": str(port),
         "unix_socket_directories": socket_dir,
-        "max_connections": "500",
+        "max_connections": "1000",
         "shared_buffers": "256MB",
         "timezone": "UTC",
         "log_timezone": "UTC",

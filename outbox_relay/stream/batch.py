@@ -20,7 +20,14 @@ from pyspark.sql import DataFrame
 
 from outbox_relay.config import Config
 from outbox_relay.control.db import Database
-from outbox_relay.control.pending import TopicFilter, pending_topics, relays_polling
+from outbox_relay.control.idle_watch import IdlePoll
+from outbox_relay.control.pending import (
+    TopicFilter,
+    pending_params,
+    pending_topics,
+    ready_topics,
+    relays_polling,
+)
 from outbox_relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
 from outbox_relay.observe.progress import Progress
 from outbox_relay.observe.runtime import RuntimeMetrics
@@ -221,13 +228,23 @@ class BatchProcessor:
         pause = min(self.poll_wait_s(), deadline - time.monotonic())
         return pause > 0 and not self.stop.wait(pause)
 
+    @property
+    def idle(self) -> bool:
+        """Whether no round worked for a while: it polls at the idle interval."""
+        return time.monotonic() - self._worked_at >= IDLE_AFTER_S
+
     def poll_wait_s(self) -> float:
         """How long to wait after a round without work before the next one: the idle
-        interval once no round worked for a while, else the poll interval."""
+        interval once idle, else the poll interval."""
         settings = self._settings
-        idle = time.monotonic() - self._worked_at >= IDLE_AFTER_S
-        return max(settings.idle_poll_interval_s, settings.poll_interval_s) if idle else (
+        return max(settings.idle_poll_interval_s, settings.poll_interval_s) if self.idle else (
             settings.poll_interval_s)
+
+    def idle_poll(self) -> IdlePoll:
+        """This lane's outbox scan, for the idle watch to send in its place (unbounded:
+        a continuous lane's), waking it on the topics its rounds would take."""
+        return IdlePoll(self._db.config, pending_params(self._settings.lock_timeout_s),
+                        self._filter, self.poll_wait_s())
 
     def close(self) -> None:
         """Closes this lane's round and its drain lanes' (their producers)."""
@@ -282,7 +299,7 @@ class BatchProcessor:
         with self._scan:
             states = pending_topics(self._db, self._settings.lock_timeout_s, self._filter,
                                     bound)
-        ready = [s.topic for s in states if s.state == "ready" and (bound is None or s.below_bound)]
+        ready = ready_topics(states, bound)
         if only is not None:
             return [t for t in ready if t in only]
         if self._drains:

@@ -19,11 +19,13 @@ a hundred idle databases must not pay; the session they share is built at the st
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from outbox_relay.errors import first_line
+from outbox_relay.control.idle_watch import IdlePoll, IdleWatch
+from outbox_relay.errors import RelayError, first_line
 from outbox_relay.launch.session import SparkSource
 from outbox_relay.stream.batch import BatchProcessor
 from outbox_relay.stream.stop import StopSignal
@@ -32,17 +34,22 @@ log = logging.getLogger(__name__)
 
 # How long one call of the rounds lasts at most before the session's readiness is seen.
 SLICE_S = 0.5
+# How long a database stays parked in the idle watch at most before a round of its own.
+PARK_S = 30.0
 
 
 def rounds_before_spark(processor: BatchProcessor, source: SparkSource, stop: StopSignal, *,
                         available_now: bool, drained: Callable[[], bool],
                         lazy: bool = False,
-                        when_up: Callable[[SparkSession], None] | None = None) -> bool:
+                        when_up: Callable[[SparkSession], None] | None = None,
+                        watch: IdleWatch | None = None) -> bool:
     """Runs `processor`'s rounds until the session is up and the run wants its query;
     returns True when the run ends without it: a stop came, or (available-now) the
     outbox holds nothing from before the start any more (`drained`). A lazy run hands the
-    session to `when_up` once it is up (the ledger's copies may need it meanwhile)."""
+    session to `when_up` once it is up (the ledger's copies may need it meanwhile), and
+    parks in `watch`, when given, while it is idle."""
     wants = _Wants(source, lazy, when_up)
+    parking = _Parking(watch, processor, stop) if watch is not None and lazy else None
     if not available_now and not lazy:
         wants.query()
 
@@ -55,9 +62,12 @@ def rounds_before_spark(processor: BatchProcessor, source: SparkSource, stop: St
 
     processor.when_backlogged(backlog)
     try:
-        return _slices(processor, wants, stop, available_now=available_now, drained=drained)
+        return _slices(processor, wants, stop, available_now=available_now, drained=drained,
+                       parking=parking)
     finally:
         processor.when_backlogged(None)
+        if parking is not None:
+            parking.close()
 
 
 class _Wants:
@@ -83,6 +93,12 @@ class _Wants:
             log.warning("the Spark session is not up: %s", first_line(exc))
 
     @property
+    def settled(self) -> bool:
+        """Whether nothing is left to see until a round finds work: no query wanted, and
+        the session handed over (or nobody to hand it to)."""
+        return not self.wanted and self._when_up is None
+
+    @property
     def wanted(self) -> bool:
         return self._asked or (not self._lazy and self.source.begun)
 
@@ -91,8 +107,56 @@ class _Wants:
         self.source.begin()
 
 
+class _Parking:
+    """A lazy, continuous database's parks in the idle watch: while its rounds find no work
+    and it waits for nothing else (`_Wants.settled`), the watch polls its outbox for it.
+    A database the watch cannot connect to polls on its own for a park's length."""
+
+    def __init__(self, watch: IdleWatch, processor: BatchProcessor, stop: StopSignal) -> None:
+        self._watch = watch
+        self._processor = processor
+        self._stop = stop
+        self._spot: IdlePoll | None = None
+        self._not_before = 0.0
+
+    def park(self) -> bool:
+        """Parks until work, the stop, a park's length or a failure; False (without
+        parking) when it cannot: the caller then waits a poll itself."""
+        if not (self._processor.idle and self._watch.usable
+                and time.monotonic() >= self._not_before):
+            return False
+        if self._spot is None or not self._spot.connected:
+            self.close()
+            spot = self._processor.idle_poll()
+            try:
+                spot.connect()
+            except RelayError as exc:
+                log.debug("not parked, polling on its own for %.0f s: %s", PARK_S, exc)
+                self._not_before = time.monotonic() + PARK_S
+                return False
+            self._spot = spot
+        why = self._watch.park(self._spot, lambda: self._stop.requested, PARK_S)
+        log.debug("unparked: %s", why)
+        return self._watch.usable
+
+    def close(self) -> None:
+        if self._spot is not None:
+            self._spot.close()
+            self._spot = None
+
+
+def _pause(processor: BatchProcessor, wants: _Wants, stop: StopSignal,
+           parking: _Parking | None) -> bool:
+    """After a slice without work: parked in the idle watch when it may be, else a poll's
+    wait. Returns whether the stop came."""
+    if parking is not None and wants.settled and parking.park():
+        return stop.requested
+    return stop.wait(processor.poll_wait_s())
+
+
 def _slices(processor: BatchProcessor, wants: _Wants, stop: StopSignal, *,
-            available_now: bool, drained: Callable[[], bool]) -> bool:
+            available_now: bool, drained: Callable[[], bool],
+            parking: _Parking | None = None) -> bool:
     while not stop.requested:
         batches = processor.stats.batches
         processor.run_rounds("direct round", SLICE_S)
@@ -105,8 +169,8 @@ def _slices(processor: BatchProcessor, wants: _Wants, stop: StopSignal, *,
         # next slice's first round waits a poll, as the rounds within a slice do (else
         # each slice polled once more: 6 polls a second where the idle interval makes
         # 4, in each database of a relay of several).
-        if (not available_now and not processor.last_worked
-                and stop.wait(processor.poll_wait_s())):
+        if not available_now and not processor.last_worked and _pause(
+                processor, wants, stop, parking):
             break
         if available_now and not wants.wanted and processor.stats.batches == batches:
             # A round found nothing to do (a backlog wanted the query already).

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from outbox_relay.config import Config
+from outbox_relay.control.idle_watch import IdleWatch
 from outbox_relay.control.migrate import check_schema
 from outbox_relay.errors import RelayError, exit_code_for, first_line
 from outbox_relay.exit_codes import ExitCode
@@ -45,7 +46,8 @@ class DatabaseOutcome:
 class DatabaseRun:
     def __init__(self, name: str, config: Config, available_now: bool, stop: StopSignal,
                  source: SparkSource, started: float | None,
-                 build: Callable[[Config], Relay], metrics: DatabaseMetrics) -> None:
+                 build: Callable[[Config], Relay], metrics: DatabaseMetrics,
+                 watch: IdleWatch | None = None) -> None:
         self.name = name
         self.config = config
         self.available_now = available_now
@@ -54,6 +56,7 @@ class DatabaseRun:
         self.started = started
         self.build = build
         self.metrics = metrics
+        self.watch = watch
         self.outcome = DatabaseOutcome(name)
         self.thread = threading.Thread(target=self.run, name=f"relay-db-{name}", daemon=True)
 
@@ -93,6 +96,6 @@ class DatabaseRun:
                 return RunResult(ExitCode.INTERRUPTED if self.available_now else ExitCode.OK,
                                  RelayStats(), 0.0, [])
             return run_relay(relay, self.available_now, self.stop, None, self.source,
-                             self.started, lazy=True)
+                             self.started, lazy=True, watch=self.watch)
         finally:
             relay.close()

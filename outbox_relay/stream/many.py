@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from outbox_relay.config import Config
 from outbox_relay.control.catalog import Catalog
+from outbox_relay.control.idle_watch import IdleWatch
 from outbox_relay.errors import RelayError, first_line
 from outbox_relay.exit_codes import ExitCode, Outcome, outcome_of
 from outbox_relay.launch.session import SparkSource
@@ -73,9 +74,12 @@ def run_many(config: Config, available_now: bool, stop: StopSignal, source: Spar
     began = time.monotonic()
     metrics = DatabaseMetrics(config.metrics.max_label_databases)
 
+    # A continuous relay's idle databases are polled by one thread, not each by its own.
+    watch = None if available_now else IdleWatch()
+
     def start(name: str, one: Config) -> DatabaseRun:
         run = DatabaseRun(name, one, available_now, stop.child(), source, started, build,
-                          metrics)
+                          metrics, watch)
         run.thread.start()
         return run
 
@@ -89,7 +93,9 @@ def run_many(config: Config, available_now: bool, stop: StopSignal, source: Spar
         try:
             _supervise(config, available_now, stop, fleet, catalog)
         finally:
-            fleet.join()
+            fleet.join()  # a parked database sees its stop within a quarter second
+            if watch is not None:
+                watch.close()
             if catalog is not None:
                 catalog.close()
     return ManyResult(fleet.outcomes(), time.monotonic() - began)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from outbox_relay.control.idle_watch import IdleWatch
 from outbox_relay.control.pending import (
     TopicFilter,
     TopicState,
@@ -80,18 +81,20 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None,
 
 
 def run_relay(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO | None,
-              source: SparkSource | None, started: float | None, lazy: bool = False
-              ) -> RunResult:
+              source: SparkSource | None, started: float | None, lazy: bool = False,
+              watch: IdleWatch | None = None) -> RunResult:
     """run() without exporting the metrics: a relay of several databases exports all of
-    theirs at once (outbox_relay.stream.many), and starts a database's query only when
-    it needs one (`lazy`: outbox_relay.stream.before_spark)."""
+    theirs at once (outbox_relay.stream.many), starts a database's query only when it
+    needs one (`lazy`: outbox_relay.stream.before_spark) and parks it in `watch` while
+    it is idle."""
     if relay.spark is None and source is None:
         raise ValueError("a relay without a Spark session needs a source for one")
-    return _run(relay, available_now, stop, progress, source, started, lazy)
+    return _run(relay, available_now, stop, progress, source, started, lazy, watch)
 
 
 def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO | None,
-         source: SparkSource | None, launched: float | None, lazy: bool) -> RunResult:
+         source: SparkSource | None, launched: float | None, lazy: bool,
+         watch: IdleWatch | None) -> RunResult:
     started = time.monotonic()
     bound = max_id(relay.db) if available_now else None
     stats = RelayStats()
@@ -118,7 +121,8 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO |
                 done = rounds_before_spark(processor, source, stop,
                                            available_now=available_now, drained=drained,
                                            lazy=lazy,
-                                           when_up=relay.ledger.attach if lazy else None)
+                                           when_up=relay.ledger.attach if lazy else None,
+                                           watch=watch)
             finally:
                 processor.close()
             if not done:

@@ -20,7 +20,13 @@ from pyspark.sql.types import StructType
 
 from outbox_relay.config.load import from_json_without_secrets
 from outbox_relay.control.db import Database
-from outbox_relay.control.pending import SOURCE_APPLICATION, TopicFilter, max_id, pending_topics
+from outbox_relay.control.pending import (
+    SOURCE_APPLICATION,
+    TopicFilter,
+    max_id,
+    pending_topics,
+    ready_topics,
+)
 from outbox_relay.errors import RelayError
 
 log = logging.getLogger(__name__)
@@ -116,10 +122,10 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._db, self._config.relay.lock_timeout_s, self._filter, self._bound
         )
         if self._deadline is None:
-            return any(s.state == "ready" for s in states)
-        relevant = [s for s in states if s.below_bound]
-        if any(s.state == "ready" for s in relevant):
+            return bool(ready_topics(states))
+        if ready_topics(states, self._bound):
             return True
+        relevant = [s for s in states if s.below_bound]
         left = self._deadline - time.monotonic()
         waiting = [s for s in relevant if s.state == "locked" or s.retry_in_s < left]
         if not waiting or left <= 0:

@@ -45,7 +45,7 @@ def test_postgres_answers_sql_over_tcp_on_loopback(stack: StackInfo) -> None:
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT host(inet_server_addr()), current_setting('max_connections')")
-            assert cur.fetchone() == ("127.0.0.1", "500")
+            assert cur.fetchone() == ("127.0.0.1", "1000")
             cur.execute("CREATE TEMP TABLE t (id int PRIMARY KEY, body jsonb)")
             cur.execute("INSERT INTO t VALUES (1, %s)", ('{"a": 1}',))
             cur.execute("SELECT body->>'a' FROM t WHERE id = 1")

@@ -65,7 +65,7 @@ def test_postgres_conf_quotes_values() -> None:
     conf = postgres.render_conf(postgres.server_settings(5433, "/run/it's"))
     assert "port = '5433'" in conf
     assert "listen_addresses = '127.0.0.1'" in conf
-    assert "max_connections = '500'" in conf
+    assert "max_connections = '1000'" in conf
     assert "unix_socket_directories = '/run/it''s'" in conf
 
 
