@@ -68,15 +68,17 @@ def connect(pg: PostgresConfig, application_name: str, asynchronous: bool = Fals
 
 def _opened(conn: psycopg2.extensions.connection, deadline: float) -> None:
     """Waits for an asynchronous connection to open, up to `deadline`: libpq leaves the
-    connect timeout of those to the caller."""
+    connect timeout of those to the caller. poll(2), not select(2): a relay of a hundred
+    databases holds descriptors past select's 1,024."""
+    waiter = select.poll()
     while True:
         state = conn.poll()
         if state == psycopg2.extensions.POLL_OK:
             return
         left = deadline - time.monotonic()
-        reading = state == psycopg2.extensions.POLL_READ
-        if left <= 0 or not any(select.select([conn] if reading else [], [] if reading
-                                              else [conn], [], left)):
+        waiter.register(conn.fileno(), select.POLLIN if state == psycopg2.extensions.POLL_READ
+                        else select.POLLOUT)
+        if left <= 0 or not waiter.poll(left * 1000):
             conn.close()
             raise psycopg2.OperationalError("timeout expired")
 

@@ -6,6 +6,8 @@ them wakes it and reaches Kafka in key order (a consumer reads it back)."""
 
 from __future__ import annotations
 
+import os
+import resource
 import threading
 import time
 from collections.abc import Iterator
@@ -161,3 +163,27 @@ def test_a_relay_of_several_databases_parks_them_and_a_write_wakes_its_database(
         stop.request("the test's end")
         runner.join(60)
     assert results and results[0].exit_code == 0
+
+
+def test_a_scan_connects_and_polls_with_descriptors_past_select_s_limit(
+        databases: Databases, watch: IdleWatch) -> None:
+    """A relay of a hundred databases holds over 1,024 descriptors; select(2) refused
+    them ("filedescriptor out of range"), and every database whose scan connected past
+    that failed its run."""
+    (url,) = _outboxes(databases, 1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1200:
+        pytest.skip(f"the descriptor limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    pipes = [os.pipe() for _ in range(520)]
+    try:
+        mine = unique("idle")
+        parked = _Parked(watch, url, f"{mine}.*")
+        assert parked.spot.fileno() > 1024
+        insert(url, [[Msg(f"{mine}.t", b"k", b"v")]])
+        assert parked.woken(5.0) and parked.why == "its outbox has work"
+    finally:
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
