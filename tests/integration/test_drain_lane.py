@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Self
 
 import pytest
 
-from outbox_relay.control.claims import TopicLimits
+from outbox_relay.control.claims import Claim, TopicLimits
 from outbox_relay.ledger.staging import COPY_LOCK_KEY
 from outbox_relay.stack import StackInfo
+from outbox_relay.stream.delivery import Delivery, Outcome
+from outbox_relay.stream.lanes import LANE_THREAD
 from outbox_relay.stream.runner import EXIT_OK
 from outbox_relay.stream.stop import StopSignal
 from outbox_relay.wiring import DRAIN_SUFFIX, control_plane, process_token
@@ -112,10 +115,28 @@ class _LockWatch(_Sampler):
             self.side_by_side += 1
 
 
+def _hold_first_drain_write(monkeypatch: pytest.MonkeyPatch, seen: Callable[[], bool]) -> None:
+    """The drain lane's first write waits (up to 20 s, holding its topic's lock) until the
+    sampler has `seen` it beside the busy topics: a short drain fell between two samples
+    of a clean-clone CI run, on a machine loaded by the test session alone."""
+    deliver = Delivery.deliver
+    held = threading.Event()
+
+    def held_once(self: Delivery, batch_id: int, sessions: list[Claim]) -> Outcome:
+        if threading.current_thread().name == LANE_THREAD and not held.is_set():
+            held.set()
+            deadline = time.monotonic() + 20
+            while not seen() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return deliver(self, batch_id, sessions)
+
+    monkeypatch.setattr(Delivery, "deliver", held_once)
+
+
 @pytest.mark.parametrize("lanes", [True, False], ids=["drain-lane", "one-lane"])
 def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
-    lanes: bool,
+    lanes: bool, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     big = unique("lane-big")
     busy = [unique(f"lane-busy{i}") for i in range(3)]
@@ -132,6 +153,7 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
         "drain_lane": lanes, "direct_max_rows": 100}, ledger={"flush_interval_s": 30})
     stop = StopSignal()
     with _LockWatch(migrated_url, big, busy) as watch:
+        _hold_first_drain_write(monkeypatch, lambda: watch.side_by_side + watch.sent_beside > 0)
         thread, results = run_in_thread(lambda: run_relay(config, available_now=False,
                                                           stop=stop))
         try:
