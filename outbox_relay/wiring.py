@@ -26,7 +26,8 @@ from outbox_relay.ledger.delta import Ledger
 from outbox_relay.observe.runtime import RuntimeMetrics
 from outbox_relay.rules.cloudevent_topics import default_types
 from outbox_relay.rules.topic_rules import rule_for
-from outbox_relay.stream.batch import BatchProcessor, BatchSettings
+from outbox_relay.stream.batch import BatchProcessor
+from outbox_relay.stream.batch_settings import BatchSettings
 from outbox_relay.stream.delivery import Delivery
 from outbox_relay.stream.direct_lane import DirectLane, DirectSettings
 from outbox_relay.stream.lanes import DrainLane

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 
-from outbox_relay.config import Config
 from outbox_relay.control.db import Database
 from outbox_relay.control.idle_watch import IdlePoll
 from outbox_relay.control.pending import (
@@ -27,10 +24,12 @@ from outbox_relay.control.pending import (
     pending_topics,
     ready_topics,
     relays_polling,
+    scan_lock,
 )
 from outbox_relay.errors import RETRY_PAUSE_S, DatabaseUnavailableError, UnreachableError
 from outbox_relay.observe.progress import Progress
 from outbox_relay.observe.runtime import RuntimeMetrics
+from outbox_relay.stream.batch_settings import BatchSettings
 from outbox_relay.stream.lanes import (
     DRAIN_QUIET_S,
     DrainLane,
@@ -49,40 +48,6 @@ IDLE_AFTER_S = 1.0
 # Failures after which a batch body gives up its rounds and the next ones try again.
 _RETRIED = (DatabaseUnavailableError, UnreachableError)
 
-# One loose scan of an outbox (pending_topics) at a time in a process. When a drain
-# ends, the index entries of its last round's rows are dead but not yet marked so, and a
-# scan checks each in the heap (and marks it) once: the two lanes' scans at once each
-# paid that whole walk, 4.8 s each after a 1M-row drain, where the second one, run
-# after the first, finds the entries marked. One lock per outbox: a relay of several
-# databases must not make one database's rounds wait for another's scan.
-_SCANS: dict[str, threading.Lock] = {}
-_SCANS_GUARD = threading.Lock()
-
-
-def _scan_lock(url: str) -> threading.Lock:
-    with _SCANS_GUARD:
-        return _SCANS.setdefault(url, threading.Lock())
-
-
-@dataclass(frozen=True)
-class BatchSettings:
-    """What a batch body reads of the profile."""
-
-    micro_batch_s: float
-    poll_interval_s: float
-    lock_timeout_s: float
-    include_topics: list[str]
-    exclude_topics: list[str]
-    idle_poll_interval_s: float = 0.25
-
-    @classmethod
-    def of(cls, config: Config) -> BatchSettings:
-        relay = config.relay
-        return cls(relay.micro_batch_s, relay.poll_interval_s, relay.lock_timeout_s,
-                   list(relay.include_topics), list(relay.exclude_topics),
-                   relay.idle_poll_interval_s)
-
-
 class BatchProcessor:
     """`new_round` builds the lane's Round, given what to call after each round that
     locked a topic; `drains` are the drain lanes beside it (none when they are off)."""
@@ -92,7 +57,7 @@ class BatchProcessor:
                  bound: int | None = None, continuous: bool = False,
                  stats: RelayStats | None = None, drains: Sequence[DrainLane] = ()) -> None:
         self._db = db
-        self._scan = _scan_lock(db.config.url)  # this outbox's, shared by its lanes
+        self._scan = scan_lock(db.config.url)  # this outbox's, shared by its lanes
         self._metrics = metrics
         self._settings = settings
         self.stop = stop

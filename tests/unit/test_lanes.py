@@ -22,7 +22,8 @@ from outbox_relay.control.pending import TopicState
 from outbox_relay.errors import DatabaseError, DatabaseUnavailableError
 from outbox_relay.observe.runtime import RuntimeMetrics
 from outbox_relay.stream import batch
-from outbox_relay.stream.batch import BatchProcessor, BatchSettings
+from outbox_relay.stream.batch import BatchProcessor
+from outbox_relay.stream.batch_settings import BatchSettings
 from outbox_relay.stream.lanes import DRAIN_POOL, DrainLane
 from outbox_relay.stream.round import Round
 from outbox_relay.stream.stop import StopSignal
