@@ -9,6 +9,8 @@ which topic's lock), and what arrived from a consumer.
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -43,8 +45,7 @@ pytestmark = pytest.mark.integration
 HOLDERS = "SELECT topic, locked_by FROM kafka_topic_info WHERE locked_by IS NOT NULL"
 LEFT = "SELECT count(*) FROM kafka_messages WHERE topic = ANY(%s)"
 STAGED = "SELECT count(*) FROM relay_ledger_staging"
-SOURCES = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-           "AND application_name = 'outbox-relay-source'")
+_FIRST_BODY = re.compile(r"micro-batch \d+: rounds start")
 SAMPLE = ("SELECT (SELECT json_object_agg(topic, locked_by) FROM kafka_topic_info "
           "WHERE locked_by IS NOT NULL), "
           "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
@@ -136,8 +137,9 @@ def _hold_first_drain_write(monkeypatch: pytest.MonkeyPatch, seen: Callable[[], 
 @pytest.mark.parametrize("lanes", [True, False], ids=["drain-lane", "one-lane"])
 def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
-    lanes: bool, monkeypatch: pytest.MonkeyPatch,
+    lanes: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="outbox_relay.stream.stop")
     big = unique("lane-big")
     busy = [unique(f"lane-busy{i}") for i in range(3)]
     create_topics(stack.kafka_bootstrap, {big: 3, **dict.fromkeys(busy, 2)})
@@ -157,10 +159,16 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
         thread, results = run_in_thread(lambda: run_relay(config, available_now=False,
                                                           stop=stop))
         try:
-            # The backlog comes once the streaming query runs, in one transaction: before
-            # it, the driver's producer alone would send it (on a loaded machine, all of it).
-            assert wait_for(lambda: query(migrated_url, SOURCES)[0][0] > 0, 120, 0.1), (
-                "the relay's streaming query never polled the outbox")
+            # The backlog comes once the query's first batch body runs its rounds, in one
+            # transaction. Before it, the driver's producer alone would send it (on a
+            # loaded machine, all of it), and the start-up's rounds (a poll interval each,
+            # until that body takes over) end by waiting for the drain lane's round in
+            # flight: the held first write then held the busy topics too (a clean-clone
+            # CI run, where the first body came late: the test once waited for the
+            # query's source to connect, which comes before it).
+            assert wait_for(lambda: any(_FIRST_BODY.fullmatch(r.getMessage())
+                                        for r in list(caplog.records)), 120, 0.1), (
+                "the relay's streaming query never ran its first batch body")
             written = dict(zip(insert(migrated_url, [backlog]), backlog, strict=True))
             # The busy topics write small waves, every key shape, until the backlog is gone.
             wave = 0
