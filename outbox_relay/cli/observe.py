@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,6 @@ from outbox_relay.observe.backlog import COUNT_BUDGET, EXACT_UP_TO
 from outbox_relay.options import profile
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
 
     from outbox_relay.config import Config
     from outbox_relay.observe.report import Thresholds
@@ -117,25 +117,24 @@ def _snapshot(config: Config, with_rates: bool, exact_up_to: int,
 
 def _serve(args: argparse.Namespace) -> int:
     """One database's outbox state, or, for a profile of several (and no --database),
-    every database's in one exposition with a `database` label
-    (outbox_relay.observe.databases); a database it cannot read shows as
-    outbox_relay_database_up 0 there."""
+    every database's in one exposition with a `database` label, a catalog's read again
+    every `catalog.databases_refresh_s` (outbox_relay.observe.served); a database it
+    cannot read shows as outbox_relay_database_up 0 there."""
     from prometheus_client import generate_latest, start_http_server
 
-    from outbox_relay.observe.databases import DatabaseMetrics
+    from outbox_relay.observe.served import ServedDatabases, opened, status_registry
 
     config = profile(args)
     limit = args.max_label_topics or config.metrics.max_label_topics
-    opened = _opened(config)
+    served = ServedDatabases(config, os.environ, limit) if config.many else None
+    db = None
     try:
-        if config.many:
-            merged = DatabaseMetrics(config.metrics.max_label_databases)
-            for name, db, one in opened:
-                merged.add(str(name), _status_registry(db, one, limit))
-            registry = merged.registry
+        if served is not None:
+            served.refresh()
+            registry = served.metrics.registry
         else:
-            [(_, db, one)] = opened
-            registry = _status_registry(db, one, limit)
+            db = opened(None, config)
+            registry = status_registry(db, config, limit)
         if args.once:
             sys.stdout.write(generate_latest(registry).decode("utf-8"))
             return ExitCode.OK
@@ -145,45 +144,23 @@ def _serve(args: argparse.Namespace) -> int:
             raise RelayError(f"cannot serve metrics on {args.host}:{args.port}: "
                              f"{exc.strerror or exc}") from None
         print(f"serving http://{args.host}:{server.server_port}/metrics", flush=True)
-        _wait_for_stop()
+        if served is not None and served.refresh_s is not None:
+            _wait_for_stop(served.refresh_s, served.refresh)
+        else:
+            _wait_for_stop()
         server.shutdown()
         thread.join(timeout=5)
         return ExitCode.OK
     finally:
-        for _, db, _ in opened:
+        if served is not None:
+            served.close()
+        if db is not None:
             db.close()
 
 
-def _opened(config: Config) -> list[tuple[str | None, Database, Config]]:
-    """A connection to each database, its schema checked: a profile of one fails on a
-    stale schema; one of several says so, and serves the others."""
-    opened: list[tuple[str | None, Database, Config]] = []
-    for name, one in every_database(config, os.environ):
-        db = Database(one.postgres, "outbox-relay-metrics")
-        try:
-            require_current(db)
-        except RelayError as exc:
-            if name is None:
-                db.close()
-                raise
-            print(f"database {name}: {first_line(exc)}", file=sys.stderr)
-        opened.append((name, db, one))
-    return opened
-
-
-def _status_registry(db: Database, config: Config, limit: int) -> CollectorRegistry:
-    from prometheus_client import CollectorRegistry
-
-    from outbox_relay.observe.collector import StatusCollector
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatusCollector(db, config.relay.lock_timeout_s, config.ledger.path,
-                                      max_label_topics=limit))
-    return registry
-
-
-def _wait_for_stop() -> None:
-    """Until SIGTERM or SIGINT: the signal handler only sets the flag."""
+def _wait_for_stop(every_s: float = 1.0, tick: Callable[[], None] | None = None) -> None:
+    """Until SIGTERM or SIGINT, calling `tick` every `every_s` meanwhile: the signal
+    handler only sets the flag."""
     stop = threading.Event()
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -191,8 +168,9 @@ def _wait_for_stop() -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
-    while not stop.wait(1.0):
-        pass
+    while not stop.wait(every_s):
+        if tick is not None:
+            tick()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

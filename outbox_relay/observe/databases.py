@@ -38,6 +38,11 @@ class DatabaseMetrics(Collector):
         with self._guard:
             self._sources[database] = registry
 
+    def remove(self, database: str) -> None:
+        """`database` is shown no more; its label, if it had one of its own, stays its."""
+        with self._guard:
+            self._sources.pop(database, None)
+
     def collect(self) -> Iterator[Metric]:
         with self._guard:
             sources = sorted(self._sources.items())

@@ -18,6 +18,11 @@ from tests.kafka_readback import Received
 SOURCE = "test-many"
 SOURCE_HEADER = "outbox-relay.source"
 Databases = Callable[[int], list[tuple[str, str]]]
+# A catalog of tenants ([catalog]): its table, and a database added to it or removed.
+TENANTS = "CREATE TABLE tenants (name text PRIMARY KEY, url text NOT NULL, active bool)"
+ADD = "INSERT INTO tenants (name, url, active) VALUES (%s, %s, true)"
+REMOVE = "UPDATE tenants SET active = false WHERE name = %s"
+CATALOG_QUERY = "SELECT name, url FROM tenants WHERE active ORDER BY name"
 
 
 def profile_data(stack: StackInfo, tmp_path: Path, entries: list[tuple[str, str]],
@@ -33,28 +38,6 @@ def profile_data(stack: StackInfo, tmp_path: Path, entries: list[tuple[str, str]
                   "include_topics": [t.replace(".", "\\.") for t in topics], **relay},
         "databases": [{"name": name, "url": url} for name, url in entries],
     }
-
-
-def profile_toml(data: dict[str, Any], path: Path) -> Path:
-    lines: list[str] = []
-    for section in ("postgres", "kafka", "ledger", "relay"):
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {_value(v)}" for k, v in data[section].items()]
-    for entry in data["databases"]:
-        lines.append("[[databases]]")
-        lines += [f"{k} = {_value(v)}" for k, v in entry.items()]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\") + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    return str(v)
 
 
 def migrate_url(url: str) -> None:

@@ -18,8 +18,12 @@ from outbox_relay.stream.many import ManyResult, run_many
 from outbox_relay.stream.stop import StopSignal
 from tests.integration.helpers import Msg, consume, create_topics, insert, query, unique, wait_for
 from tests.integration.many import (
+    ADD,
+    CATALOG_QUERY,
+    REMOVE,
     SOURCE,
     SOURCE_HEADER,
+    TENANTS,
     Databases,
     migrate_url,
     profile_data,
@@ -27,9 +31,6 @@ from tests.integration.many import (
 
 pytestmark = pytest.mark.integration
 
-TENANTS = "CREATE TABLE tenants (name text PRIMARY KEY, url text NOT NULL, active bool)"
-ADD = "INSERT INTO tenants (name, url, active) VALUES (%s, %s, true)"
-REMOVE = "UPDATE tenants SET active = false WHERE name = %s"
 LOCKED = "SELECT count(*) FROM kafka_topic_info WHERE locked_by IS NOT NULL"
 RELAY_BACKENDS = """SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 AND application_name LIKE 'outbox-relay%%' AND pid <> pg_backend_pid()"""
@@ -49,7 +50,7 @@ def test_a_database_added_to_the_catalog_is_relayed_and_one_removed_is_let_go(
     data = profile_data(stack, tmp_path, [], [topic])
     del data["databases"]
     data["catalog"] = {"url": catalog_url, "databases_refresh_s": REFRESH_S,
-                       "query": "SELECT name, url FROM tenants WHERE active ORDER BY name"}
+                       "query": CATALOG_QUERY}
     config = build_config(data, env={})
     stop = StopSignal()
     results: list[ManyResult] = []

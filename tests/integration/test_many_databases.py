@@ -44,8 +44,8 @@ from tests.integration.many import (
     Databases,
     migrate_url,
     profile_data,
-    profile_toml,
 )
+from tests.integration.process import write_raw_profile
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +96,7 @@ def test_one_relay_relays_eight_databases_each_in_key_order_and_each_ledger_hold
     # Until the session is up the driver's producer takes one row per topic and round,
     # then the claims of more are Spark's: both lanes carry the databases' records.
     data = profile_data(stack, tmp_path, entries, [*shared, *own], direct_max_rows=1)
-    profile = profile_toml(data, tmp_path / "many.toml")
+    profile = write_raw_profile(data, tmp_path / "many.toml")
     migrated = _migrate(profile, capsys)
     assert [ln.split(":")[0] for ln in migrated.splitlines()] == [
         f"database {name}" for name, _ in entries]
@@ -160,7 +160,7 @@ def test_status_shows_every_database_and_a_verb_acts_on_the_one_named(
 ) -> None:
     entries = databases(2)
     topic = unique("many")
-    profile = profile_toml(profile_data(stack, tmp_path, entries, [topic]),
+    profile = write_raw_profile(profile_data(stack, tmp_path, entries, [topic]),
                            tmp_path / "many.toml")
     _migrate(profile, capsys)
     insert(entries[1][1], [[Msg(topic, b"k", b"v")]])

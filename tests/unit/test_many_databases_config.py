@@ -179,6 +179,11 @@ def test_several_relays_metrics_are_one_exposition_with_a_capped_database_label(
     }
     metrics.add("a", _registry(5, 50))  # its relay built again
     assert _samples(metrics)[("relay_sent_total", "a")] == 5
+    # One removed is shown no more, and its label stays its own: a newcomer shares (other).
+    metrics.remove("a")
+    metrics.add("e", _registry(6, 1))
+    assert ("relay_sent_total", "a") not in _samples(metrics)
+    assert _samples(metrics)[("relay_sent_total", "(other)")] == 13
 
 
 def test_a_catalog_makes_a_profile_of_several_and_keeps_its_password_out_of_the_json() -> None:
