@@ -58,6 +58,16 @@ def test_migrate_then_drain_a_deimos_outbox(scenarios: dict[str, Any],
     assert _left_over(run) is None
 
 
+def test_migrate_then_drain_a_profile_of_several_databases(
+        scenarios: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two Deimos outboxes named by the profile's [[databases]]: the migrate task migrates
+    # both, the drain drains both (the caller reads back what each sent).
+    run, states = _run(monkeypatch, scenarios["many"]["profile"])
+
+    assert states == {"migrate": "success", "drain": "success"}
+    assert _left_over(run) is None
+
+
 def test_topics_left_over_are_a_success_with_a_warning(scenarios: dict[str, Any],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     scenario = scenarios["left_over"]

@@ -53,7 +53,7 @@ class TaskRunner:
     """Runs the tasks of one job, as its job cluster would, from files under `root`."""
 
     def __init__(self, job: dict[str, Any], root: Path,
-                 profile_changes: dict[str, dict[str, Any]] | None = None) -> None:
+                 profile_changes: dict[str, Any] | None = None) -> None:
         self.profile = self._local_profile(profile_changes or {})
         self.workspace = root / "files"
         (self.workspace / "conf").mkdir(parents=True)
@@ -64,7 +64,7 @@ class TaskRunner:
         self.env = self._cluster_env(job, root / "spark-conf")
 
     @staticmethod
-    def _local_profile(changes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def _local_profile(changes: dict[str, Any]) -> dict[str, Any]:
         """The conf/databricks.toml the job's parameters find in the synced files: the
         bundle's profile with only what the local stack needs changed, and `changes`
         (section by section). The stack speaks plaintext, and Databricks' shaded login
@@ -77,7 +77,10 @@ class TaskRunner:
                                     if not k.startswith(SECURITY_PREFIXES)}
         assert data["spark"]["resolve_packages"] is False, "a cluster's jars are its libraries"
         for section, values in changes.items():
-            data.setdefault(section, {}).update(values)
+            if isinstance(values, list):  # an array of tables: [[databases]]
+                data[section] = values
+            else:
+                data.setdefault(section, {}).update(values)
         return data
 
     @staticmethod

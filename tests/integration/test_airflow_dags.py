@@ -31,8 +31,16 @@ from outbox_relay.config.load import build_config
 from outbox_relay.control.db import Database
 from outbox_relay.control.migrate import SCHEMAS_DIR, migrate
 from outbox_relay.stack import StackInfo
-from tests.integration.helpers import consume, create_topics, partitioning_bytes, query, unique
-from tests.integration.process import REPO, write_profile
+from tests.integration.helpers import (
+    Received,
+    consume,
+    create_topics,
+    partitioning_bytes,
+    query,
+    unique,
+)
+from tests.integration.many import SOURCE, by_database, profile_data
+from tests.integration.process import REPO, write_profile, write_raw_profile
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +51,8 @@ VENVS = {"newest": (".venv-airflow", ["airflow.txt"]),
 AIRFLOW = "apache-airflow"
 SPARK_PROVIDER = "apache-airflow-providers-apache-spark"
 # Deimos's own columns: the outbox as Deimos wrote it, before the relay's migrations.
+# The databases of the profile of several, which share one topic.
+MANY = ("eu", "us")
 DEIMOS_INSERT = "INSERT INTO kafka_messages (topic, message, key, partition_key) " \
                 "VALUES (%s, %s, %s, %s) RETURNING id"
 
@@ -54,9 +64,11 @@ def venv(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def databases(stack: StackInfo) -> Iterator[dict[str, str]]:
-    """Two fresh databases of their own: an outbox as Deimos left it, and a migrated one."""
+    """Fresh databases of their own: an outbox as Deimos left it, a migrated one, and the
+    two of a profile of several (eu and us)."""
     base = stack.postgres_url.rpartition("/")[0]
-    names = {k: f"t_airflow_{k}_{uuid.uuid4().hex[:8]}" for k in ("deimos", "locked")}
+    names = {k: f"t_airflow_{k}_{uuid.uuid4().hex[:8]}"
+             for k in ("deimos", "locked", *MANY)}
     admin = psycopg2.connect(stack.postgres_url)
     admin.autocommit = True
     with admin.cursor() as cur:
@@ -80,6 +92,26 @@ def _profile(stack: StackInfo, url: str, topics: list[str], tmp: Path, name: str
         "spark": {"master": "local[2]", "shuffle_partitions": 2},
     }, env={})
     return str(write_profile(config, tmp / f"{name}.toml"))
+
+
+def _many_profile(stack: StackInfo, urls: dict[str, str], topic: str, tmp: Path) -> str:
+    data = profile_data(stack, tmp / "many", [(name, urls[name]) for name in MANY], [topic])
+    data["spark"] = {"master": "local[2]", "shuffle_partitions": 2}
+    return str(write_raw_profile(data, tmp / "many.toml"))
+
+
+def _in_key_order(records: list[Received],
+                  by_id: dict[int, tuple[str, bytes, bytes | None, str | None]]) -> bool:
+    """Whether each key's first deliveries came in the order of its ids, per partition."""
+    first_seen: dict[tuple[str, bytes], list[int]] = {}
+    for record in sorted(records, key=lambda r: (r.topic, r.partition, r.offset)):
+        _, _, key, partition_key = by_id[record.outbox_id]
+        order_key = partitioning_bytes(partition_key, key)
+        if order_key is not None:
+            seen = first_seen.setdefault((record.topic, order_key), [])
+            if record.outbox_id not in seen:
+                seen.append(record.outbox_id)
+    return all(seen == sorted(seen) for seen in first_seen.values())
 
 
 def _key_shapes(topic: str, n: int) -> list[tuple[str, bytes, bytes | None, str | None]]:
@@ -161,7 +193,9 @@ def test_airflow_dags_drain_the_outbox(venv: str, stack: StackInfo, databases: d
     assert python.exists(), f"no {VENVS[venv][0]}: `make airflow-venv` installs it"
     drained = [unique("airflow.a"), unique("airflow.b")]
     free, locked = unique("airflow.free"), unique("airflow.locked")
-    create_topics(stack.kafka_bootstrap, {**{t: 3 for t in drained}, free: 2, locked: 2})
+    shared = unique("airflow.many")
+    create_topics(stack.kafka_bootstrap,
+                  {**{t: 3 for t in drained}, free: 2, locked: 2, shared: 3})
 
     rows = [r for t in drained for r in _key_shapes(t, 150)]
     ids = _seed(databases["deimos"], rows, deimos_tables=True)
@@ -179,12 +213,17 @@ def test_airflow_dags_drain_the_outbox(venv: str, stack: StackInfo, databases: d
           "VALUES (%s, 'another-relay', now() AT TIME ZONE 'UTC' + interval '1 hour')",
           (locked,))
 
+    # Deimos's outboxes, which the migrate task migrates: the same rows in each.
+    many_rows = _key_shapes(shared, 60)
+    many_ids = {name: _seed(databases[name], many_rows, deimos_tables=True) for name in MANY}
+
     bad = tmp_path / "bad.toml"
     bad.write_text('[relay]\nno_such_setting = 1\n', encoding="utf-8")
     scenarios: dict[str, Any] = {
         "drain": {"profile": _profile(stack, databases["deimos"], drained, tmp_path, "drain")},
         "left_over": {"profile": _profile(stack, databases["locked"], [free, locked], tmp_path,
                                           "left-over"), "locked_topic": locked},
+        "many": {"profile": _many_profile(stack, databases, shared, tmp_path)},
         "usage": {"profile": str(bad)},
     }
     (tmp_path / "scenarios.json").write_text(json.dumps(scenarios), encoding="utf-8")
@@ -221,18 +260,19 @@ def test_airflow_dags_drain_the_outbox(venv: str, stack: StackInfo, databases: d
     for record in got:
         topic, value, key, _ = by_id[record.outbox_id]
         assert (record.topic, record.value, record.key) == (topic, value, key)
-    first_seen: dict[tuple[str, bytes], list[int]] = {}
-    for record in sorted(got, key=lambda r: (r.topic, r.partition, r.offset)):
-        _, _, key, partition_key = by_id[record.outbox_id]
-        order_key = partitioning_bytes(partition_key, key)
-        if order_key is not None:
-            seen = first_seen.setdefault((record.topic, order_key), [])
-            if record.outbox_id not in seen:
-                seen.append(record.outbox_id)
-    assert all(seen == sorted(seen) for seen in first_seen.values()), "per-key order"
+    assert _in_key_order(got, by_id), "per-key order"
     assert query(databases["deimos"], "SELECT count(*) FROM kafka_messages")[0][0] == 0
 
     got_free = consume(stack.kafka_bootstrap, [free], expect=len(free_ids))
     assert {r.outbox_id for r in got_free} == set(free_ids)
     left = query(databases["locked"], "SELECT topic, count(*) FROM kafka_messages GROUP BY 1")
     assert left == [(locked, 10)], "the locked topic waits for its owner"
+
+    # Both databases' rows on their shared topic, each named by its source header: every
+    # id of each once at least, in key order within each database.
+    got_many = by_database(consume(stack.kafka_bootstrap, [shared],
+                                   expect=sum(map(len, many_ids.values()))), SOURCE, MANY)
+    for name in MANY:
+        assert {r.outbox_id for r in got_many[name]} == set(many_ids[name]), name
+        assert _in_key_order(got_many[name], dict(zip(many_ids[name], many_rows, strict=True)))
+        assert query(databases[name], "SELECT count(*) FROM kafka_messages")[0][0] == 0

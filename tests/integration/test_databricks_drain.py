@@ -32,6 +32,7 @@ from tests.integration.helpers import (
     query,
     unique,
 )
+from tests.integration.many import Databases, by_database
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +102,41 @@ def test_the_drain_job_migrates_then_drains_every_key_shape(
     # The target's own ledger, where the cluster's environment put it. (No checkpoint:
     # a backlog this small drains in the start-up round, before any streaming query.)
     assert (tmp_path / "state" / bundle.target / "ledger" / "_delta_log").is_dir()
+
+
+def test_the_drain_job_migrates_and_drains_every_database_of_a_profile_of_several(
+    stack: StackInfo, databases: Databases, tmp_path: Path
+) -> None:
+    """The bundle's profile with two [[databases]] (docs/many-databases.md, Deployments):
+    its migrate task migrates both, its run task drains both, and each database's ledger
+    goes under the target's own path."""
+    entries = databases(2)
+    bundle = load_bundle({"postgres_url": entries[0][1],
+                          "kafka_bootstrap_servers": stack.kafka_bootstrap,
+                          "state_volume": str(tmp_path / "state")})
+    runner = TaskRunner(bundle.jobs[JOB], tmp_path, {
+        "databases": [{"name": name, "url": url} for name, url in entries]})
+    code = runner.run(bundle.command_task(JOB, "migrate"), tmp_path / "migrate.log")
+    assert code == ExitCode.OK, (tmp_path / "migrate.log").read_text(errors="replace")[-3000:]
+
+    # One topic both databases publish to, the same rows in each.
+    topic = unique("dbx-many")
+    create_topics(stack.kafka_bootstrap, {topic: PARTITIONS})
+    messages = every_key_shape([topic], PER_TOPIC)
+    seeded = {name: dict(zip(insert(url, [messages]), messages, strict=True))
+              for name, url in entries}
+
+    log = tmp_path / "relay.log"
+    code = runner.run(bundle.command_task(JOB, "run"), log)
+    assert code == ExitCode.OK, log.read_text(errors="replace")[-3000:]
+
+    received = by_database(consume(stack.kafka_bootstrap, [topic], expect=2 * len(messages)),
+                           runner.profile["relay"]["source_name"], seeded)
+    for name, url in entries:
+        assert {r.outbox_id for r in received[name]} == set(seeded[name]), name
+        _check_order(seeded[name], received[name])
+        assert query(url, "SELECT count(*) FROM kafka_messages") == [(0,)]
+        assert (tmp_path / "state" / bundle.target / "ledger" / name / "_delta_log").is_dir()
 
 
 def test_a_drain_that_leaves_a_topic_over_is_a_task_success_with_a_warning(

@@ -262,6 +262,16 @@ def test_the_drain_gives_up_before_its_task_times_out(secret_env: dict[str, str]
     assert config.relay.available_now_deadline_s < task["timeout_seconds"]
 
 
+def test_the_drain_stops_by_its_time_budget_before_its_task_times_out() -> None:
+    """The margin docs/operating.md gives above a drain's budget: the writes in flight
+    (kafka.delivery_timeout_ms, 120 s by default) and 60 s for the rest. Without a budget
+    a large backlog's drain ran until Databricks cut it off mid-write at the timeout."""
+    task = BUNDLE.command_task("outbox_relay_drain", "run")
+    args = build_parser().parse_args(task_parameters(task))
+
+    assert 0 < args.time_budget_s <= task["timeout_seconds"] - 180
+
+
 @pytest.mark.parametrize("job_key", JOBS)
 def test_the_cluster_maps_the_addresses_the_profile_leaves_as_examples(job_key: str) -> None:
     for cluster in (c["new_cluster"] for c in BUNDLE.jobs[job_key]["job_clusters"]):
