@@ -22,7 +22,6 @@ from outbox_relay.observe.backlog import COUNT_BUDGET, EXACT_UP_TO
 from outbox_relay.options import profile
 
 if TYPE_CHECKING:
-
     from outbox_relay.config import Config
     from outbox_relay.observe.report import Thresholds
     from outbox_relay.observe.status import Snapshot

@@ -9,6 +9,7 @@ URL, a name twice) is left out with an error line naming it; the others are rela
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 
 from pydantic import SecretStr, ValidationError
@@ -18,7 +19,7 @@ from outbox_relay.config.checks import at_most_bytes
 from outbox_relay.config.databases import DatabaseEntry, source_of
 from outbox_relay.config.load import select_database
 from outbox_relay.control.db import Database
-from outbox_relay.errors import ConfigError
+from outbox_relay.errors import ConfigError, RelayError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,28 @@ class Catalog:
         password = self._env.get(entry.password_variable)
         return entry.model_copy(update={"password": SecretStr(password)}) if password else entry
 
+    def read_tries(self, attempts: int) -> dict[str, Config] | RelayError:
+        """`read`, tried up to `attempts` times a second apart: what it read, or the
+        last attempt's error (each attempt's logged)."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self.read()
+            except RelayError as exc:
+                log.warning("catalog: cannot read the databases (attempt %d of %d): %s",
+                            attempt, attempts, first_line(exc))
+                if attempt == attempts:
+                    return exc
+                time.sleep(1.0)
+        raise AssertionError("unreachable")
+
     def close(self) -> None:
         self._db.close()
+
+
+def wanted(listed: Mapping[str, Config], cataloged: Mapping[str, Config]) -> dict[str, Config]:
+    """The databases to relay (or serve): a name in both is the profile's, since its
+    entry is the one a person wrote."""
+    return {**cataloged, **listed}
 
 
 def every_database(config: Config, env: Mapping[str, str]) -> list[tuple[str | None, Config]]:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry
 
 from outbox_relay.config import Config
-from outbox_relay.control.catalog import Catalog
+from outbox_relay.control.catalog import Catalog, wanted
 from outbox_relay.control.db import Database
 from outbox_relay.control.migrate import require_current
 from outbox_relay.errors import RelayError, first_line
@@ -70,13 +70,10 @@ class ServedDatabases:
         """Serves what the profile and its catalog list now; a catalog that cannot be read
         keeps the databases it listed last."""
         if self._catalog is not None:
-            try:
-                self._cataloged = self._catalog.read()
-            except RelayError as exc:
-                log.warning("catalog: cannot read the databases; serving those it listed "
-                            "last: %s", first_line(exc))
-        # A database in both is the profile's, as in the relay.
-        self._ensure({**self._cataloged, **self._listed})
+            read = self._catalog.read_tries(1)
+            if not isinstance(read, RelayError):
+                self._cataloged = read
+        self._ensure(wanted(self._listed, self._cataloged))
 
     def _ensure(self, wanted: dict[str, Config]) -> None:
         # Closed one refresh later: a scrape that began before its removal may still

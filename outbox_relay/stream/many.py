@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from outbox_relay.config import Config
-from outbox_relay.control.catalog import Catalog
+from outbox_relay.control.catalog import Catalog, wanted
 from outbox_relay.control.idle_watch import IdleWatch
-from outbox_relay.errors import RelayError, first_line
+from outbox_relay.errors import RelayError
 from outbox_relay.exit_codes import ExitCode, Outcome, outcome_of
 from outbox_relay.launch.session import SparkSource
 from outbox_relay.observe.databases import DatabaseMetrics
@@ -108,30 +108,16 @@ def _supervise(config: Config, available_now: bool, stop: StopSignal, fleet: _Fl
     next_read = 0.0
     while True:
         if catalog is not None and time.monotonic() >= next_read:
-            read = _read(catalog, attempts=DRAIN_ATTEMPTS if available_now else 1)
-            if isinstance(read, BaseException):
+            read = catalog.read_tries(DRAIN_ATTEMPTS if available_now else 1)
+            if isinstance(read, RelayError):
                 if available_now:
                     fleet.failed(CATALOG, read)
             else:
                 cataloged = read
             next_read = time.monotonic() + catalog.refresh_s
-        # A database in both is the profile's: its entry is the one a person wrote.
-        fleet.ensure({**cataloged, **listed})
+        fleet.ensure(wanted(listed, cataloged))
         if available_now or stop.wait(_TICK_S):
             return
-
-
-def _read(catalog: Catalog, attempts: int) -> dict[str, Config] | BaseException:
-    for attempt in range(1, attempts + 1):
-        try:
-            return catalog.read()
-        except RelayError as exc:
-            log.warning("catalog: cannot read the databases (attempt %d of %d): %s",
-                        attempt, attempts, first_line(exc))
-            if attempt == attempts:
-                return exc
-            time.sleep(1.0)
-    raise AssertionError("unreachable")
 
 
 class _Fleet:
