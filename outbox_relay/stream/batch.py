@@ -88,9 +88,10 @@ class BatchProcessor:
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         self.run_rounds(f"micro-batch {batch_id}", self._settings.micro_batch_s)
 
-    def run_rounds(self, label: str, seconds: float) -> None:
-        """Rounds until `seconds` are up, the stop is requested, or (available-now)
-        a round finds nothing to do; always at least one round.
+    def run_rounds(self, label: str, seconds: float,
+                   until: Callable[[], bool] | None = None) -> None:
+        """Rounds until `seconds` are up, the stop is requested, `until` says so after a
+        round, or (available-now) a round finds nothing to do; always at least one round.
 
         A failure that is not retried ends the run: it stops everything that runs
         (StopSignal.abort) before this body lets go of its turn, so that a batch body
@@ -101,7 +102,7 @@ class BatchProcessor:
             if not may_run:
                 return
             try:
-                self._rounds_beside_lanes(deadline, seconds)
+                self._rounds_beside_lanes(deadline, seconds, until)
             except _RETRIED as exc:
                 # Nothing was deleted that Kafka did not acknowledge; rows stay, locks expire.
                 # Any other error fails the query, and the run's exit code says which.
@@ -117,12 +118,13 @@ class BatchProcessor:
             finally:
                 log.debug("%s: rounds end", label)
 
-    def _rounds_beside_lanes(self, deadline: float, seconds: float) -> None:
+    def _rounds_beside_lanes(self, deadline: float, seconds: float,
+                             until: Callable[[], bool] | None) -> None:
         if seconds > 0:
             for lane in self._drains:
                 lane.start(deadline, self.bound)
         try:
-            self._rounds(deadline)
+            self._rounds(deadline, until)
         except BaseException as exc:
             self._end_drains((time.monotonic(), exc))
             raise
@@ -133,7 +135,7 @@ class BatchProcessor:
         `bound`, as the rounds of the slices after a run's first do (stream.before_spark)."""
         self._bound_first = True
 
-    def _rounds(self, deadline: float) -> None:
+    def _rounds(self, deadline: float, until: Callable[[], bool] | None) -> None:
         rounds = 0
         while True:
             began = time.monotonic()
@@ -150,6 +152,8 @@ class BatchProcessor:
             if worked and self.make_way():
                 return
             if worked and not self.backlogged and self._pace(began, deadline):
+                return
+            if until is not None and until():  # after the pause: it may have come meanwhile
                 return
 
     def _hand_over(self, topics: Collection[str]) -> None:

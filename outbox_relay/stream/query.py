@@ -153,6 +153,15 @@ def _until_the_first_body(processor: BatchProcessor, starter: QueryStart, stop: 
     if available_now or (starter.begun and not direct):
         return
     poll = config.relay.poll_interval_s
-    rounds_until_first_body(lambda: processor.run_rounds("start-up round", poll),
-                            starter, stop, None if direct else warm)
+    # As long as a batch body's rounds (their drain lanes then run as a body's do), or
+    # a poll's when bodies run one round each.
+    body_s = config.relay.micro_batch_s or poll
+
+    def rounds(until: Callable[[], bool] | None) -> None:
+        if until is None:
+            processor.run_rounds("start-up round", poll)
+        else:
+            processor.run_rounds("start-up rounds", body_s, until)
+
+    rounds_until_first_body(rounds, starter, stop, None if direct else warm)
 

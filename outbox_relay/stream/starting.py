@@ -150,12 +150,16 @@ def warm_up_in_background(warm_up: Callable[[], None], stopping: Callable[[], bo
     return thread
 
 
-def rounds_until_first_body(rounds: Callable[[], None], starter: QueryStart,
-                            stop: StopSignal, warm: threading.Thread | None) -> None:
+def rounds_until_first_body(rounds: Callable[[Callable[[], bool] | None], None],
+                            starter: QueryStart, stop: StopSignal,
+                            warm: threading.Thread | None) -> None:
     """A continuous relay's rounds until the query's first batch body waits for its turn:
-    this thread runs the rounds that body would run (`rounds`: a poll interval's worth
-    each), so the query's start and first trigger (3.1 s and 2.9 s on a quiet machine)
-    hold no message up.
+    this thread runs the rounds that body would run, so the query's start and first
+    trigger (3.1 s and 2.9 s on a quiet machine) hold no message up. `rounds(None)` runs
+    a poll interval's worth; `rounds(until)` runs them as a body does, drain lanes beside
+    them, until `until()` says the body waits (or the query is gone). In poll-long calls,
+    each call ended its drain lanes and waited for their round in flight: a backlog
+    that came during the start held the busy topics up for a drain round every poll.
 
     `warm`: the data plane's warm-up, which the rounds wait for when every write is a
     Spark job (no direct lane): a relay that started idle sends its first messages as
@@ -175,13 +179,16 @@ def rounds_until_first_body(rounds: Callable[[], None], starter: QueryStart,
     if stop.requested:
         return
     failpoints.hold("first_bridge_round")
-    rounds()
+    rounds(None)
     if stop.requested:
         return
     starter.begin()
-    n = 1
-    while not (stop.requested or stop.body_waiting or starter.gone()):
-        n += 1
-        if n == 2 and failpoints.armed("second_bridge_round_db_error"):
-            failpoints.trip("round_db_error")
-        rounds()
+    if failpoints.armed("second_bridge_round_db_error"):
+        failpoints.trip("round_db_error")
+
+    def taken_over() -> bool:
+        return stop.body_waiting or starter.gone()
+
+    # Again after a call that gave up (a lost connection) or reached its deadline.
+    while not (stop.requested or taken_over()):
+        rounds(taken_over)

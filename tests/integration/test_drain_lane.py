@@ -15,13 +15,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Self
+from typing import Any, Self
 
 import pytest
 
 from outbox_relay.control.claims import Claim, TopicLimits
 from outbox_relay.ledger.staging import COPY_LOCK_KEY
 from outbox_relay.stack import StackInfo
+from outbox_relay.stream import query as query_module
 from outbox_relay.stream.delivery import Delivery, Outcome
 from outbox_relay.stream.lanes import LANE_THREAD
 from outbox_relay.stream.runner import EXIT_OK
@@ -46,6 +47,7 @@ HOLDERS = "SELECT topic, locked_by FROM kafka_topic_info WHERE locked_by IS NOT 
 LEFT = "SELECT count(*) FROM kafka_messages WHERE topic = ANY(%s)"
 STAGED = "SELECT count(*) FROM relay_ledger_staging"
 _FIRST_BODY = re.compile(r"micro-batch \d+: rounds start")
+_START_UP_ROUNDS = re.compile(r"start-up rounds: rounds start")
 SAMPLE = ("SELECT (SELECT json_object_agg(topic, locked_by) FROM kafka_topic_info "
           "WHERE locked_by IS NOT NULL), "
           "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
@@ -134,11 +136,38 @@ def _hold_first_drain_write(monkeypatch: pytest.MonkeyPatch, seen: Callable[[], 
     monkeypatch.setattr(Delivery, "deliver", held_once)
 
 
-@pytest.mark.parametrize("lanes", [True, False], ids=["drain-lane", "one-lane"])
+def _hold_query_start(monkeypatch: pytest.MonkeyPatch, seen: Callable[[], bool]
+                      ) -> threading.Event:
+    """The streaming query starts only once the sampler has `seen` the lanes side by side
+    (or after 60 s): until then the start-up's rounds run, and the drain lane beside them.
+    Returns what is set when the start went on because they were seen."""
+    start = query_module.start_query
+    before_start = threading.Event()
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + 60
+        while not seen() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if seen():
+            before_start.set()
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(query_module, "start_query", held)
+    return before_start
+
+
+@pytest.mark.parametrize(("lanes", "comes"), [
+    (True, _FIRST_BODY), (False, _FIRST_BODY), (True, _START_UP_ROUNDS)],
+    ids=["drain-lane", "one-lane", "drain-lane-before-the-first-body"])
 def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
-    lanes: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    lanes: bool, comes: re.Pattern[str], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """`comes`: the log line after which the backlog is written. Before the first body,
+    the query's start waits until the lanes were seen side by side, so that the start-up's
+    rounds must run the drain lane beside the busy topics (they once ended it every poll
+    interval, waiting for its round in flight, and the busy topics with it)."""
     caplog.set_level(logging.DEBUG, logger="outbox_relay.stream.stop")
     big = unique("lane-big")
     busy = [unique(f"lane-busy{i}") for i in range(3)]
@@ -155,20 +184,22 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
         "drain_lane": lanes, "direct_max_rows": 100}, ledger={"flush_interval_s": 30})
     stop = StopSignal()
     with _LockWatch(migrated_url, big, busy) as watch:
-        _hold_first_drain_write(monkeypatch, lambda: watch.side_by_side + watch.sent_beside > 0)
+
+        def seen() -> bool:
+            return watch.side_by_side + watch.sent_beside > 0
+
+        _hold_first_drain_write(monkeypatch, seen)
+        before_start = _hold_query_start(monkeypatch, seen) if comes is _START_UP_ROUNDS \
+            else None
         thread, results = run_in_thread(lambda: run_relay(config, available_now=False,
                                                           stop=stop))
         try:
-            # The backlog comes once the query's first batch body runs its rounds, in one
-            # transaction. Before it, the driver's producer alone would send it (on a
-            # loaded machine, all of it), and the start-up's rounds (a poll interval each,
-            # until that body takes over) end by waiting for the drain lane's round in
-            # flight: the held first write then held the busy topics too (a clean-clone
-            # CI run, where the first body came late: the test once waited for the
-            # query's source to connect, which comes before it).
-            assert wait_for(lambda: any(_FIRST_BODY.fullmatch(r.getMessage())
+            # The backlog comes in one transaction, once the rounds that must take it run:
+            # before them, the driver's producer alone would send it (on a loaded
+            # machine, all of it).
+            assert wait_for(lambda: any(comes.fullmatch(r.getMessage())
                                         for r in list(caplog.records)), 120, 0.1), (
-                "the relay's streaming query never ran its first batch body")
+                f"the relay never logged {comes.pattern!r}")
             written = dict(zip(insert(migrated_url, [backlog]), backlog, strict=True))
             # The busy topics write small waves, every key shape, until the backlog is gone.
             wave = 0
@@ -202,6 +233,8 @@ def test_a_backlog_drains_beside_the_busy_topics_every_key_in_order(
             f"never saw the drain lane hold {big} while its process held or sent a busy "
             f"topic ({watch.samples} samples, tokens {sorted(watch.tokens)})")
         assert watch.copies_beside_the_drain == 0, "a ledger copy ran beside the drain lane"
+        assert before_start is None or before_start.is_set(), (
+            "the start-up's rounds never ran the drain lane beside the busy topics")
     else:
         assert not drain_tokens and watch.side_by_side == watch.sent_beside == 0
 

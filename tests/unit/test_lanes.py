@@ -442,3 +442,33 @@ def test_an_idle_continuous_body_polls_at_the_idle_interval_after_a_second(
             if a - began > 0.35 and a + g < began + 1.1]
     assert early and max(early) < 0.15, early
     assert late and min(late) >= 0.24, late
+
+
+def test_rounds_until_a_body_waits_keep_their_drain_lanes_across_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The start-up's rounds (outbox_relay.stream.starting) are one call that lasts until
+    the query's first body waits (`until`): the drain lane runs beside all of them, not a
+    poll interval's worth each that ends by waiting for its round in flight, and it ends
+    with the call."""
+    rounds = _Rounds({"big": 10**6})
+    lane, _ = _lane(rounds)
+    processor, rnd = _processor(lane)
+    monkeypatch.setattr(batch, "pending_topics", lambda *_args: _ready("big", "busy"))
+    monkeypatch.setattr(batch, "relays_polling", lambda _db: 1)
+    rnd.finds = frozenset({"big"})
+    threads: set[int] = set()
+
+    def body_waits() -> bool:
+        if lane._thread is not None:
+            threads.add(lane._thread.ident or 0)
+        return len(rounds.seen) >= 3
+
+    began = time.monotonic()
+    processor.run_rounds("start-up rounds", 30, until=body_waits)
+    assert time.monotonic() - began < 10, "the call went on after `until` said so"
+    assert len(threads) == 1, "the drain lane was started more than once"
+    assert len(rounds.seen) >= 3 and all(s == {"big"} for s in rounds.seen)
+    assert ["busy"] in rnd.ran, "the main lane's rounds did not go on beside the lane"
+    assert lane.join(0), "the drain lane outlived the call"
+    assert lane.split.draining == frozenset()

@@ -202,8 +202,11 @@ class _Rounds:
         self.during_first = during_first  # called inside the first round
         self.begun: list[bool] = []
         self.body: threading.Thread | None = None
+        # What each call's `until` said at its end (None: the call had none, a poll's
+        # worth of rounds).
+        self.said: list[bool | None] = []
 
-    def __call__(self) -> None:
+    def __call__(self, until: Callable[[], bool] | None) -> None:
         with self.stop.batch_body():
             self.begun.append(self.starter.begun)
             if len(self.begun) == 1 and self.during_first is not None:
@@ -214,6 +217,7 @@ class _Rounds:
                 deadline = time.monotonic() + JOIN_S
                 while not self.stop.body_waiting and time.monotonic() < deadline:
                     time.sleep(0.01)
+            self.said.append(None if until is None else until())
 
     def _body(self) -> None:
         with self.stop.batch_body():
@@ -252,6 +256,8 @@ def test_rounds_wait_for_the_warm_up_then_run_until_the_first_body_waits() -> No
     assert not bridge.is_alive()
     # The first round goes out alone; the query starts after it, once.
     assert rounds.begun == [False, True, True]
+    # The later ones run as a body's do, until it waits: only then does `until` say so.
+    assert rounds.said == [None, False, True]
     assert starter.result() is start.started and start.calls == 1
     assert rounds.body is not None
     rounds.body.join(JOIN_S)
