@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -122,16 +123,19 @@ def _victim_session(url: str, prefixes: dict[str, str]) -> tuple[str, str, str, 
 
 def _catch_in_flight(
     url: str, bootstrap: str, topic: str, prefixes: dict[str, str],
-    by_name: dict[str, RelayProc], last: bool,
+    by_name: dict[str, RelayProc], last: bool, refill: Callable[[], None],
 ) -> tuple[str, str, str, list[int], str, float] | None:
     """Freeze (SIGSTOP) a relay whose session is in flight, best while its Kafka write is
-    appending records: (name, token, session, ids, phase, when frozen), or None to retry."""
+    appending records: (name, token, session, ids, phase, when frozen), or None to retry.
+    `refill` writes more when the relays drained the outbox meanwhile."""
     found: list[tuple[str, str, str, list[int]]] = []
 
     def session() -> bool:
         got = _victim_session(url, prefixes)
         if got:
             found.append(got)
+        else:
+            refill()
         return got is not None
 
     wait_until(session, 600, "a session in flight", interval_s=0.05,
@@ -194,11 +198,24 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
                    diagnose=lambda: "\n".join(p.tail(15) for p in procs))
         started = time.monotonic()
         outbox.write(traffic([topic], n, per_tx=50, keys=20, value_bytes=900, seed=5))
-        outbox.close()
+        refills = 0
+
+        def refill() -> None:
+            # The relays may keep up with a writer of 50 rows a transaction, every claim
+            # small and sent in milliseconds by the driver's producer, and drain it all
+            # before a session is caught (a clean-clone CI run waited 600 s for one): once
+            # the outbox is empty, a backlog in one transaction, whose full claims take
+            # a Spark write each.
+            nonlocal refills
+            if outbox_count(fault_db) == 0:
+                refills += 1
+                outbox.write(traffic([topic], n, per_tx=n, keys=20, value_bytes=900,
+                                     seed=5 + refills, tag=f"refill{refills}-"))
+
         prefixes = {k: v + "@" for k, v in names.items()}
         for attempt in range(6):
             caught = _catch_in_flight(fault_db, stack.kafka_bootstrap, topic, prefixes,
-                                      by_name, last=attempt == 5)
+                                      by_name, last=attempt == 5, refill=refill)
             if caught is None:
                 continue
             name, token, session, ids, phase, frozen = caught
@@ -217,6 +234,7 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
                            "ids": len(ids), "phase": phase,
                            "frozen_s": round(frozen_s, 1)})
             break
+        outbox.close()
         assert thefts, "never caught a relay with a session in flight"
         wait_until(lambda: outbox_count(fault_db) == 0, 900, "the drain to complete",
                    diagnose=lambda: "\n".join(p.tail(15) for p in procs))
@@ -245,6 +263,7 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
     scenario.update(
         v.figures(),
         faults_injected=len(thefts),
+        backlogs_written_again=refills,
         frozen_s=thefts[0]["frozen_s"],
         lock_timeout_s=lock_timeout,
         session_in_flight=thefts[0]["ids"],
