@@ -171,6 +171,11 @@ TARGETS: list[Target] = [
     *_drain_pairs("W1, the table in id order, vacuumed and analysed", "W1V", 1.5),
     *_drain_pairs("MANY, 8 databases x 100,000 x 1 KB: one relay / 8 peers side by side",
                   "MANY", None),
+    Target("MANY: relay / peer at most on this machine, were the relay's own processes "
+           "to cost no CPU (the rest of the machine's CPU over the relay's run, on every "
+           "core)", "MANY", lambda p: p.get("ceiling_ratio"),
+           beside=lambda p: f"the rest {num(p.get('rest_cpu_s'), ' CPU-s')}: "
+           f"{num(p.get('floor_s'), ' s')} at least"),
     Target("MANY, one database of 8 down: 500 msg/s in all into the other 7, p99 (s)",
            "MANYSTOP", lambda p: dig(p, "steady", "p99_s"), 0.5, why=_lat_why("steady")),
     Target("MANYIDLE, 100 idle databases, 10 msg/s into one at a time: p99 (s)",

@@ -8,13 +8,15 @@ The relay is the README's command on the shipped profile, `--available-now`, wit
 databases given as `RELAY_DATABASES` (docs/many-databases.md); the peers are eight
 bench/peer.py processes started together, each on its database's new backlog. The drain
 runs from the first record of any database to the last of all, launch to exit until the
-last process exits; CPU is the contenders' process trees' and the machine's.
+last process exits; CPU is the contenders' process trees' and the machine's. The run
+also says how far the relay could outrun the peers on this machine at all (`ceiling`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import time
 import uuid
@@ -73,7 +75,25 @@ def many(stack: Stack, work: Path, rows: int) -> dict[str, Any]:
             log(f"MANY {who}: first record {got['first_record_s']} s, drain {got['drain_s']} "
                 f"s, exit {got['exit_s']} s (codes {got['exit_codes']}), {got['distinct']} of "
                 f"{rows * DATABASES} read back, {got['duplicates']} duplicates")
-    return {**out, **versus(out[RELAY], out[PEER])}
+    return {**out, **versus(out[RELAY], out[PEER]),
+            **ceiling(out[RELAY], out[PEER], os.cpu_count() or 1, rows * DATABASES)}
+
+
+def ceiling(relay: dict[str, Any], peer: dict[str, Any], cores: int,
+            messages: int) -> dict[str, Any]:
+    """How far the relay could outrun the peers on this machine were its own processes
+    to cost no CPU: the rest of the machine (PostgreSQL, the broker, the bench's
+    consumer) used `cpu_machine_s - cpu_tree_s` over the relay's run, which on `cores`
+    takes that over `cores` seconds at least. The drain's bound is a ratio of rates, so
+    this is too: all the messages in that time, over the peers' rate. None unless both
+    were measured."""
+    try:
+        rest = relay["cpu_machine_s"] - relay["cpu_tree_s"]
+        floor_s = rest / cores
+        return {"rest_cpu_s": round(rest, 2), "floor_s": round(floor_s, 2),
+                "ceiling_ratio": round(messages / floor_s / peer["msgs_per_s"], 2)}
+    except (KeyError, TypeError, ZeroDivisionError):
+        return {}
 
 
 def _launch(stack: Stack, work: Path, who: str, urls: list[str],

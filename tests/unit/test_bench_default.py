@@ -17,6 +17,7 @@ from bench.report.targets import plan_name, rows, startup
 from bench.run import parts_of
 from bench.workloads.drain import versus
 from bench.workloads.latency import cases, window
+from bench.workloads.many import ceiling
 
 LAUNCH = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
@@ -188,3 +189,17 @@ def test_an_unknown_part_is_refused_by_name() -> None:
     assert parts_of("w1, lat") == ["W1", "LAT"]
     with pytest.raises(SystemExit, match="unknown part"):
         parts_of("W1,W5")
+
+
+def test_the_many_ceiling_is_the_rest_of_the_machine_alone_against_the_peers() -> None:
+    """The relay's processes 97.9 CPU-s of the machine's 130 over its run: the rest, 32.1
+    CPU-s, take 16.05 s on two cores at least, so 800,000 messages go at most at 49,844
+    msg/s, 1.8 times the peers' 27,731."""
+    relay = {"cpu_machine_s": 130.0, "cpu_tree_s": 97.9}
+    got = ceiling(relay, {"msgs_per_s": 27_731}, 2, 800_000)
+    assert got == {"rest_cpu_s": 32.1, "floor_s": 16.05, "ceiling_ratio": 1.8}
+    assert ceiling({}, {"msgs_per_s": 1}, 2, 10) == {}, "not measured: no figure"
+    row = {r["target"]: r for r in rows({"MANY": got})}
+    name = next(n for n in row if n.startswith("MANY: relay / peer at most"))
+    assert (row[name]["figure"], row[name]["met"], row[name]["beside"]) == (
+        1.8, None, "the rest 32.1 CPU-s: 16.1 s at least")
