@@ -183,12 +183,14 @@ def rounds_until_first_body(rounds: Callable[[Callable[[], bool] | None], None],
     if stop.requested:
         return
     starter.begin()
-    if failpoints.armed("second_bridge_round_db_error"):
-        failpoints.trip("round_db_error")
 
     def taken_over() -> bool:
         return stop.body_waiting or starter.gone()
 
+    second = True
     # Again after a call that gave up (a lost connection) or reached its deadline.
     while not (stop.requested or taken_over()):
+        if second and failpoints.armed("second_bridge_round_db_error"):
+            failpoints.trip("round_db_error")
+        second = False
         rounds(taken_over)
