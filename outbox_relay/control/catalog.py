@@ -87,9 +87,10 @@ class Catalog:
 
 
 def wanted(listed: Mapping[str, Config], cataloged: Mapping[str, Config]) -> dict[str, Config]:
-    """The databases to relay (or serve): a name in both is the profile's, since its
-    entry is the one a person wrote."""
-    return {**cataloged, **listed}
+    """The databases to relay (or serve), the profile's in its order, then the catalog's
+    by name: a name in both is the profile's, since its entry is the one a person wrote."""
+    return {**listed, **{name: one for name, one in sorted(cataloged.items())
+                         if name not in listed}}
 
 
 def every_database(config: Config, env: Mapping[str, str]) -> list[tuple[str | None, Config]]:
@@ -98,9 +99,8 @@ def every_database(config: Config, env: Mapping[str, str]) -> list[tuple[str | N
     listed = config.each_database()
     if config.catalog is None:
         return listed
-    names = {name for name, _ in listed}
-    return listed + [(name, one) for name, one in sorted(_read_once(config, env).items())
-                     if name not in names]
+    named = {name: one for name, one in listed if name is not None}  # all: a catalog's
+    return [(name, one) for name, one in wanted(named, _read_once(config, env)).items()]
 
 
 def database_config(config: Config, name: str, env: Mapping[str, str]) -> Config:

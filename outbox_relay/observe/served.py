@@ -75,20 +75,20 @@ class ServedDatabases:
                 self._cataloged = read
         self._ensure(wanted(self._listed, self._cataloged))
 
-    def _ensure(self, wanted: dict[str, Config]) -> None:
+    def _ensure(self, databases: dict[str, Config]) -> None:
         # Closed one refresh later: a scrape that began before its removal may still
         # read it, and would open its connection again.
         for db in self._retired:
             db.close()
         self._retired = []
         for name, (db, one) in list(self._served.items()):
-            if wanted.get(name) != one:
-                log.info("database %s: %s", name, "no longer listed" if name not in wanted
+            if databases.get(name) != one:
+                log.info("database %s: %s", name, "no longer listed" if name not in databases
                          else "its entry changed")
                 self.metrics.remove(name)
                 self._retired.append(db)
                 del self._served[name]
-        for name, one in wanted.items():
+        for name, one in databases.items():
             if name not in self._served:
                 db = opened(name, one)
                 self._served[name] = (db, one)
