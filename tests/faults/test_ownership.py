@@ -25,6 +25,7 @@ from tests.faults.oracle import high_watermarks, read_all, verdict
 from tests.faults.outbox_writer import Outbox, traffic
 from tests.faults.recorders import ownership, quiesce, unfinished_claims
 from tests.faults.relay_proc import (
+    SAW_IT,
     RelayProc,
     relay_config,
     relays,
@@ -35,13 +36,6 @@ from tests.faults.relay_proc import (
 from tests.lanes import LANES, on_lane
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
-
-# What the frozen relay logs once it runs again. Frozen mid-write, its heartbeat finds the
-# lock lost. Frozen just after the write, inside its delete's transaction, it held the
-# topic's row: the thief waited (its statements timed out) until the server ended that
-# idle transaction, took the lock after it, and the resumed relay found its delete
-# failed: its rows stay and are sent again (a clean-clone CI run froze it there).
-SAW_IT = ("lock lost", "but its delete failed")
 
 
 @pytest.mark.scenario("4-racing-relays")
