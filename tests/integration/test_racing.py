@@ -42,6 +42,15 @@ CREATE TRIGGER lock_events AFTER UPDATE ON kafka_topic_info
     FOR EACH ROW EXECUTE FUNCTION record_lock_event();
 """
 
+COUNT_LEFT = "SELECT count(*) FROM kafka_messages"
+MAX_BACKLOGS = 5
+
+
+def _owners(url: str) -> set[str]:
+    """The relays that took a lock; a relay's drain lanes take them under its own token."""
+    return {process_token(o) for (o,) in query(
+        url, "SELECT DISTINCT new_owner FROM lock_events WHERE new_owner IS NOT NULL")}
+
 
 def test_two_relays_never_both_own_a_topic(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
@@ -60,13 +69,21 @@ def test_two_relays_never_both_own_a_topic(
     # query late would otherwise find the outbox already drained by the other.
     assert wait_for(lambda: len(spark.streams.active) == 2, 300, 0.2), \
         "timed out waiting for both relays' queries to start"
-    ids = insert(migrated_url, [
-        [Msg(topics[(t + i) % 3], f"k{(t * 7 + i) % 23}".encode(), f"{t}-{i}".encode())
-         for i in range(10)]
-        for t in range(400)
-    ])
-    assert wait_for(lambda: query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0] == 0,
-                    600, 0.2), "timed out waiting for the outbox to drain"
+    # One relay can drain a backlog alone: the other may be idle between its polls for
+    # the whole second the drain takes. Another backlog, until both have taken a lock,
+    # makes the race certain; the assertions cover every backlog.
+    ids: list[int] = []
+    for backlog in range(MAX_BACKLOGS):
+        ids += insert(migrated_url, [
+            [Msg(topics[(t + i) % 3], f"k{(t * 7 + i) % 23}".encode(),
+                 f"{backlog}-{t}-{i}".encode()) for i in range(10)]
+            for t in range(400)
+        ])
+        assert wait_for(lambda: query(migrated_url, COUNT_LEFT)[0][0] == 0, 600, 0.2), \
+            "timed out waiting for the outbox to drain"
+        if len(_owners(migrated_url)) == 2:
+            break
+    print(f"{backlog + 1} backlog(s) of 4,000 written before both relays had taken a lock")
     for stop in stops:
         stop.request("test: drained")
     for thread, _ in runs:
@@ -88,9 +105,7 @@ def test_two_relays_never_both_own_a_topic(
     steals = query(migrated_url, "SELECT topic, old_owner, new_owner FROM lock_events "
                    "WHERE old_owner IS NOT NULL AND new_owner IS NOT NULL")
     assert steals == []
-    # A relay's drain lane takes locks under its own token: the same relay.
-    owners = {process_token(o) for (o,) in query(
-        migrated_url, "SELECT DISTINCT new_owner FROM lock_events WHERE new_owner IS NOT NULL")}
+    owners = _owners(migrated_url)
     assert len(owners) == 2, f"both relays took locks: {sorted(owners)}"
     published = sum(sum(r.stats.published.values()) for r in results)
     assert published == len(ids)
