@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ import psycopg2
 import psycopg2.extensions
 import psycopg2.extras
 
+from tests.faults.infra import scalar
 from tests.integration.helpers import partitioning_bytes
 
 
@@ -66,6 +68,9 @@ class Outbox:
         self.transactions: list[Tx] = []
         self._clock = 0
         self._conn: psycopg2.extensions.connection | None = None
+        # A connection carries one transaction at a time: a test's own writes and a
+        # Trickle's through the same Outbox take turns, a transaction each.
+        self._writing = threading.Lock()
 
     def _tick(self) -> int:
         self._clock += 1
@@ -83,13 +88,14 @@ class Outbox:
     def write(self, transactions: Iterable[Sequence[Msg]]) -> list[int]:
         """One committed database transaction per inner sequence, one after another."""
         ids: list[int] = []
-        conn = self._connection()
         for msgs in transactions:
-            tx = self.begin_on(conn)
-            with conn.cursor() as cur:
-                ids += tx.insert(cur, msgs)
-            conn.commit()
-            tx.committed()
+            with self._writing:
+                conn = self._connection()
+                tx = self.begin_on(conn)
+                with conn.cursor() as cur:
+                    ids += tx.insert(cur, msgs)
+                conn.commit()
+                tx.committed()
         return ids
 
     def begin_on(self, conn: psycopg2.extensions.connection) -> OpenTx:
@@ -189,3 +195,29 @@ def shaped(topic: str, key_text: str, value: bytes, rng: random.Random, *,
     if shape < 0.96:
         return Msg(topic, None, value, partition_key=key_text)
     return Msg(topic, None, value)
+
+
+@dataclass
+class Refill:
+    """Another backlog of `n` in one transaction, each time the outbox holds no row of
+    `topics` (a trickle may go on in others).
+
+    A scenario that must catch a relay mid-session can lose that race: the relays may keep
+    up with a writer of 50 rows a transaction, every claim small and sent in milliseconds
+    by the driver's producer, and drain it all before a session is seen (clean-clone CI
+    runs waited 600 s for one). A backlog in one transaction is claimed in full claims,
+    each a Spark write long enough to be caught. `count` says how many were written."""
+
+    outbox: Outbox
+    topics: Sequence[str]
+    n: int
+    seed: int
+    count: int = 0
+
+    def __call__(self) -> None:
+        if not scalar(self.outbox.url, "SELECT count(*) FROM kafka_messages "
+                      "WHERE topic = ANY(%s)", (list(self.topics),)):
+            self.count += 1
+            self.outbox.write(traffic(self.topics, self.n, per_tx=self.n, keys=20,
+                                      value_bytes=900, seed=self.seed + self.count,
+                                      tag=f"refill{self.count}-"))

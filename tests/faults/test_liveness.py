@@ -26,7 +26,7 @@ from outbox_relay.wiring import process_token
 from tests.faults.conftest import Scenario
 from tests.faults.infra import create_topics, outbox_count, query, scalar, unique, wait_until
 from tests.faults.oracle import read_all, verdict
-from tests.faults.outbox_writer import Outbox, traffic
+from tests.faults.outbox_writer import Outbox, Refill, traffic
 from tests.faults.recorders import ownership, quiesce, unfinished_claims
 from tests.faults.relay_proc import (
     SAW_IT,
@@ -70,15 +70,18 @@ def _session_of(url: str, prefixes: dict[str, str]) -> tuple[str, str, str, list
     return None
 
 
-def _freeze_in_flight(url: str, prefixes: dict[str, str],
-                      procs: dict[str, RelayProc]) -> tuple[str, str, str, list[int], float]:
-    """SIGSTOPs a relay whose session is in flight: (name, token, session, ids, when)."""
+def _freeze_in_flight(url: str, prefixes: dict[str, str], procs: dict[str, RelayProc],
+                      refill: Refill) -> tuple[str, str, str, list[int], float]:
+    """SIGSTOPs a relay whose session is in flight: (name, token, session, ids, when).
+    `refill` writes more when the relays drained the outbox meanwhile."""
     found: list[tuple[str, str, str, list[int]]] = []
 
     def in_flight() -> bool:
         got = _session_of(url, prefixes)
         if got:
             found.append(got)
+        else:
+            refill()
         return got is not None
 
     for _ in range(20):
@@ -123,9 +126,10 @@ def test_a_relay_frozen_within_the_lock_timeout_keeps_its_lock(
         wait_until(lambda: sources_connected(fault_db) == 2, 900, "two relays polling",
                    diagnose=lambda: "\n".join(p.tail(15) for p in started))
         outbox.write(traffic([topic], 12_000, per_tx=50, keys=20, value_bytes=900, seed=12))
-        outbox.close()
+        refill = Refill(outbox, [topic], 12_000, seed=12)
         prefixes = {k: v + "@" for k, v in names.items()}
-        name, token, session, ids, frozen = _freeze_in_flight(fault_db, prefixes, procs)
+        name, token, session, ids, frozen = _freeze_in_flight(fault_db, prefixes, procs, refill)
+        outbox.close()
         try:
             time.sleep(freeze_s)  # the fault itself: frozen past 8 heartbeats
             held_while_frozen = scalar(fault_db, "SELECT locked_by FROM kafka_topic_info "
@@ -145,7 +149,7 @@ def test_a_relay_frozen_within_the_lock_timeout_keeps_its_lock(
     scenario.update(
         v.figures(), faults_injected=1, frozen_s=round(frozen_s, 1), lock_timeout_s=lock_timeout,
         heartbeat_interval_s=beat, session_in_flight=len(ids), takeovers_of_frozen=len(lost),
-        deletes_by_frozen_session=deletes,
+        deletes_by_frozen_session=deletes, backlogs_written_again=refill.count,
         notes=f"SIGSTOP for {frozen_s:.1f} s ({frozen_s / beat:.0f} heartbeats, lock timeout "
               f"{lock_timeout:.0f} s) with {len(ids)} rows in flight; the other relay took "
               f"{len(lost)} of its locks; the frozen session deleted its rows "
@@ -209,8 +213,8 @@ def test_a_dropped_liveness_connection_is_fenced_and_reconnected(
         wait_until(lambda: sources_connected(fault_db) == 2, 900, "two relays polling",
                    diagnose=lambda: "\n".join(p.tail(15) for p in started))
         outbox.write(traffic([theft], 9_000, per_tx=50, keys=20, value_bytes=900, seed=13))
-        name, token, session, ids, frozen = _freeze_in_flight(
-            fault_db, prefixes, procs)
+        refill = Refill(outbox, [theft], 9_000, seed=13)
+        name, token, session, ids, frozen = _freeze_in_flight(fault_db, prefixes, procs, refill)
         other = "b" if name == "a" else "a"
         try:
             pid = _liveness_pid(fault_db, token)
@@ -243,7 +247,7 @@ def test_a_dropped_liveness_connection_is_fenced_and_reconnected(
     scenario.update(
         v.figures(), faults_injected=2, lock_timeout_s=lock_timeout, **figures,
         session_in_flight=len(ids), takeovers_of_dropped_holder=len(gone),
-        deletes_by_fenced_session=deletes,
+        deletes_by_fenced_session=deletes, backlogs_written_again=refill.count,
         notes=f"pg_terminate_backend of the liveness connection: alone, reconnected after "
               f"{figures['reconnected_after_s']} s and went on; frozen beside a rival, its "
               f"lock was taken and its {len(ids)} rows claimed again "

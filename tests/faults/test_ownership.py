@@ -22,7 +22,7 @@ from outbox_relay.stack import StackInfo
 from tests.faults.conftest import Scenario
 from tests.faults.infra import create_topics, outbox_count, query, unique, wait_until
 from tests.faults.oracle import high_watermarks, read_all, verdict
-from tests.faults.outbox_writer import Outbox, traffic
+from tests.faults.outbox_writer import Outbox, Refill, traffic
 from tests.faults.recorders import ownership, quiesce, unfinished_claims
 from tests.faults.relay_proc import (
     SAW_IT,
@@ -192,19 +192,7 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
                    diagnose=lambda: "\n".join(p.tail(15) for p in procs))
         started = time.monotonic()
         outbox.write(traffic([topic], n, per_tx=50, keys=20, value_bytes=900, seed=5))
-        refills = 0
-
-        def refill() -> None:
-            # The relays may keep up with a writer of 50 rows a transaction, every claim
-            # small and sent in milliseconds by the driver's producer, and drain it all
-            # before a session is caught (a clean-clone CI run waited 600 s for one): once
-            # the outbox is empty, a backlog in one transaction, whose full claims take
-            # a Spark write each.
-            nonlocal refills
-            if outbox_count(fault_db) == 0:
-                refills += 1
-                outbox.write(traffic([topic], n, per_tx=n, keys=20, value_bytes=900,
-                                     seed=5 + refills, tag=f"refill{refills}-"))
+        refill = Refill(outbox, [topic], n, seed=5)
 
         prefixes = {k: v + "@" for k, v in names.items()}
         for attempt in range(6):
@@ -257,7 +245,7 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
     scenario.update(
         v.figures(),
         faults_injected=len(thefts),
-        backlogs_written_again=refills,
+        backlogs_written_again=refill.count,
         frozen_s=thefts[0]["frozen_s"],
         lock_timeout_s=lock_timeout,
         session_in_flight=thefts[0]["ids"],
