@@ -42,7 +42,6 @@ CREATE TRIGGER lock_events AFTER UPDATE ON kafka_topic_info
     FOR EACH ROW EXECUTE FUNCTION record_lock_event();
 """
 
-COUNT_LEFT = "SELECT count(*) FROM kafka_messages"
 MAX_BACKLOGS = 5
 
 
@@ -79,8 +78,8 @@ def test_two_relays_never_both_own_a_topic(
                  f"{backlog}-{t}-{i}".encode()) for i in range(10)]
             for t in range(400)
         ])
-        assert wait_for(lambda: query(migrated_url, COUNT_LEFT)[0][0] == 0, 600, 0.2), \
-            "timed out waiting for the outbox to drain"
+        assert wait_for(lambda: query(migrated_url, "SELECT count(*) FROM kafka_messages")[0][0]
+                        == 0, 600, 0.2), "timed out waiting for the outbox to drain"
         if len(_owners(migrated_url)) == 2:
             break
     print(f"{backlog + 1} backlog(s) of 4,000 written before both relays had taken a lock")
