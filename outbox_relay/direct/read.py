@@ -1,6 +1,7 @@
 """The driver's read of a batch's claimed rows, for the direct lane: one statement on the
-lane's own control-plane connection, through the same view the executors read
-(relay_claimed_messages, outbox_relay/schemas/0011), in id order.
+lane's own control-plane connection, run on its own (one statement sees one snapshot),
+through the same view the executors read (relay_claimed_messages,
+outbox_relay/schemas/0011), in id order.
 
 created_at comes as PostgreSQL's text, as the executors read it (outbox_relay.data.read
 says why), and each row brings its topic's partition count, as the Spark lane's read
@@ -31,13 +32,10 @@ def read_batch(db: Database, batch_id: int, topics: list[str],
                ids: tuple[int, int] | None = None) -> list[ClaimedRow]:
     """The rows of `batch_id` for `topics`, with ids in `ids` when given, in id order."""
     first, last = ids or _ALL_IDS
-    with db.transaction() as cur:
-        cur.execute(READ_BATCH, {"batch": batch_id, "topics": sorted(topics),
-                                 "first": first, "last": last})
-        return [ClaimedRow(r["id"], r["topic"], _bytes(r["message"]), _bytes(r["key"]),
-                           r["partition_key"], r["created_at"], r["headers"],
-                           r["partition_count"]) for r in cur.fetchall()]
-
+    rows = db.rows(READ_BATCH, {"batch": batch_id, "topics": sorted(topics),
+                                "first": first, "last": last})
+    return [ClaimedRow(i, topic, _bytes(message), _bytes(key), pkey, created, headers, count)
+            for i, topic, message, key, pkey, created, headers, count in rows]
 
 def _bytes(value: object) -> bytes | None:
     # psycopg2 gives bytea as a memoryview.
