@@ -30,14 +30,19 @@ def _split_password(data: dict[str, Any], env: Mapping[str, str]) -> None:
         return  # validation reports the wrong type
     url = pg.get("url")
     if isinstance(url, str) and urlsplit(url).password is not None:
-        parts = urlsplit(url)
-        pg["password"] = unquote(parts.password or "")
-        host = parts.netloc.rsplit("@", 1)[1]
-        pg["url"] = parts._replace(netloc=f"{parts.username}@{host}", query="").geturl()
-        sslmode = parse_qs(parts.query).get("sslmode")
+        pg["url"], pg["password"], sslmode = _without_password(url)
         if sslmode:
-            pg.setdefault("sslmode", sslmode[0])
+            pg.setdefault("sslmode", sslmode)
     _from_variable(pg, PASSWORD_ENV, env)
+
+
+def _without_password(url: str) -> tuple[str, str, str | None]:
+    """(the URL without its password and query, the password, the query's sslmode)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[1]
+    bare = parts._replace(netloc=f"{parts.username}@{host}", query="").geturl()
+    sslmode = parse_qs(parts.query).get("sslmode")
+    return bare, unquote(parts.password or ""), sslmode[0] if sslmode else None
 
 
 def _database_passwords(data: dict[str, Any], env: Mapping[str, str]) -> None:
@@ -144,12 +149,42 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
 
 
 def to_json_without_secrets(config: Config) -> str:
-    """The config for another process on the driver node; secrets stay in the environment."""
+    """The config for another process on the driver node; secrets stay in the environment.
+    The Kafka option tables stay out too: their `env:NAME` values were resolved into
+    secrets when the profile was read, and the one process this is for (the streaming
+    source) talks to PostgreSQL only."""
     return config.model_dump_json(exclude={"postgres": {"password"},
+                                           "kafka": {"java_options", "librdkafka_options"},
                                            "databases": {"__all__": {"password"}},
                                            "catalog": {"password"}})
 
 
 def from_json_without_secrets(text: str, env: Mapping[str, str] | None = None) -> Config:
-    """The same config, with its secrets found again the way the driver found them."""
-    return build_config(json.loads(text), env)
+    """The same config in another process on the driver node (the streaming source's
+    Python worker), its secrets found again the way the driver found them.
+
+    Only the secrets: the driver's values are final. The environment laid over them again
+    undid what a relay of several databases derives for each (Config.for_entry): with
+    RELAY_POSTGRES_URL set, every database's source polled that one database, found no
+    work there, and a drain's query ended at its start with the backlog left over."""
+    env = os.environ if env is None else env
+    data = json.loads(text)
+    pg = data.setdefault("postgres", {})
+    _from_variable(pg, PASSWORD_ENV, env)
+    if "password" not in pg:
+        _password_of_the_url_variable(pg, env)
+    _database_passwords(data, env)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, read_environment({}))) from None
+
+
+def _password_of_the_url_variable(pg: dict[str, Any], env: Mapping[str, str]) -> None:
+    """The password the driver took out of RELAY_POSTGRES_URL (_split_password), when that
+    variable names this same URL."""
+    url = read_environment(env).values.get("postgres", {}).get("url")
+    if isinstance(url, str) and urlsplit(url).password is not None:
+        bare, password, _ = _without_password(url)
+        if bare == pg.get("url"):
+            pg["password"] = password

@@ -81,6 +81,19 @@ def test_json_for_other_processes_carries_no_secret() -> None:
     assert again.postgres.password.get_secret_value() == "pw-123"
 
 
+def test_json_for_other_processes_carries_no_kafka_secret(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_JAAS", "secret-jaas")
+    config = build_config({"kafka": {"java_options": {"sasl.jaas.config": "env:MY_JAAS"},
+                                     "librdkafka_options": {"sasl.password": "env:MY_JAAS"}}},
+                          env={})
+    text = to_json_without_secrets(config)
+    assert "secret-jaas" not in text
+    again = from_json_without_secrets(text, env={})
+    assert again.kafka.java_options == again.kafka.librdkafka_options == {}
+    assert again.model_copy(update={"kafka": config.kafka}) == config
+
+
 def test_kafka_options_resolve_env_references(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_JAAS", "secret-jaas")
     config = build_config({"kafka": {"java_options": {"sasl.jaas.config": "env:MY_JAAS"}}}, env={})

@@ -81,6 +81,24 @@ def test_a_database_profile_travels_without_its_password_and_finds_it_again() ->
     assert again.postgres.password.get_secret_value() == "s3cret"
 
 
+def test_a_database_profile_reaches_the_source_as_the_driver_made_it_whatever_the_env() -> None:
+    """The source's Python worker inherits the driver's environment: the variables that
+    made the whole profile must not remake a database's own (its URL above all: with
+    RELAY_POSTGRES_URL set, every source polled that one database, and a drain's query
+    ended at once, finding no work there)."""
+    env = {"US_PW": "s3cret", "RELAY_POSTGRES_URL": "postgresql://app@db-main/shop",
+           "RELAY_DATABASES": json.dumps([{"name": "other", "url": "postgresql://h/o"}]),
+           "RELAY_RELAY__INCLUDE_TOPICS": '["everything"]',
+           "RELAY_RELAY__CHECKPOINT_PATH": "/elsewhere"}
+    us = build_config(_profile(), env={"US_PW": "s3cret"}).for_database("us-2")
+
+    again = from_json_without_secrets(to_json_without_secrets(us), env)
+
+    assert again == us
+    assert again.postgres.url == "postgresql://app@db-us/shop"
+    assert again.relay.include_topics == ["payments\\..*"] and not again.many
+
+
 @pytest.mark.parametrize(("databases", "error"), [
     ([{"name": "EU", "url": "postgresql://h/a"}], "databases.0.name"),
     ([{"name": "a", "url": "postgresql://h/a"}, {"name": "a", "url": "postgresql://h/b"}],

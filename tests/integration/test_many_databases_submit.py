@@ -1,0 +1,76 @@
+"""A relay of several databases launched as production launches it (spark-submit), in an
+environment that names a database of its own, as `outbox-relay stack up`'s exports and
+most deployments do: each database's streaming source must poll that database, not the
+environment's. It did not: every source polled the environment's (empty) outbox, and a
+drain's query ended at once, its first micro-batch the only one (which a new checkpoint
+runs whatever the source says). So a second drain on the same checkpoints left its
+backlog and exited 1."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from outbox_relay.cli import main as cli_main
+from outbox_relay.exit_codes import ExitCode
+from outbox_relay.stack import StackInfo
+from tests.integration.helpers import (
+    Msg,
+    consume,
+    create_topics,
+    every_key_shape,
+    insert,
+    order_report,
+    query,
+    unique,
+)
+from tests.integration.many import SOURCE, Databases, by_database, migrate_url, profile_data
+from tests.integration.process import kill_group, spark_submit, write_raw_profile
+
+pytestmark = pytest.mark.integration
+
+# Rows per database and drain: many rounds of BATCH rows, more than the driver's producer
+# sends (one row a round, direct_max_rows) while the session starts.
+ROWS = 1200
+BATCH = 100
+DRAIN_TIMEOUT_S = 300
+
+
+def test_drains_of_several_databases_each_drain_their_own_outbox_again_and_again(
+    stack: StackInfo, databases: Databases, tmp_path: Path,
+) -> None:
+    *relayed, (_, elsewhere) = databases(3)
+    topic = unique("submit-many")
+    create_topics(stack.kafka_bootstrap, {topic: 3})
+    data = profile_data(stack, tmp_path, relayed, [topic], batch_size=BATCH, direct_max_rows=1)
+    profile = write_raw_profile(data, tmp_path / "many.toml")
+    assert cli_main(["--config", str(profile), "migrate"]) == ExitCode.OK
+    migrate_url(elsewhere)
+    written: dict[str, dict[int, Msg]] = defaultdict(dict)
+
+    for run in (1, 2):  # the second resumes the first's checkpoints
+        for name, url in relayed:
+            msgs = every_key_shape([topic], ROWS)
+            ids = insert(url, [msgs[i:i + 100] for i in range(0, len(msgs), 100)])
+            written[name].update(zip(ids, msgs, strict=True))
+        log = tmp_path / f"drain-{run}.log"
+        proc = spark_submit(profile, "--available-now", log=log,
+                            env={"RELAY_POSTGRES_URL": elsewhere})
+        try:
+            code = proc.wait(timeout=DRAIN_TIMEOUT_S)
+        finally:
+            kill_group(proc)
+        tail = log.read_text(errors="replace")[-3000:]
+        assert code == ExitCode.OK, f"drain {run} exited {code}:\n{tail}"
+        for name, url in relayed:
+            assert query(url, "SELECT count(*) FROM kafka_messages") == [(0,)], (run, name)
+
+    total = sum(len(m) for m in written.values())
+    got = by_database(consume(stack.kafka_bootstrap, [topic], expect=total, timeout_s=60),
+                      SOURCE, written)
+    for name, msgs in written.items():
+        assert {r.outbox_id for r in got[name]} == set(msgs), name
+        assert all(r.value == msgs[r.outbox_id].value for r in got[name]), name
+        assert order_report(msgs, got[name])[:2] == (0, 0), name
