@@ -37,6 +37,7 @@ def read_batch(db: Database, batch_id: int, topics: list[str],
     return [ClaimedRow(i, topic, _bytes(message), _bytes(key), pkey, created, headers, count)
             for i, topic, message, key, pkey, created, headers, count in rows]
 
+
 def _bytes(value: object) -> bytes | None:
     # psycopg2 gives bytea as a memoryview.
     return None if value is None else bytes(value)  # type: ignore[call-overload]
