@@ -24,6 +24,7 @@ import pytest
 from outbox_relay.stack import StackInfo
 from outbox_relay.wiring import process_token
 from tests.faults.conftest import Scenario
+from tests.faults.freeze import freeze_in_flight
 from tests.faults.infra import create_topics, outbox_count, query, scalar, unique, wait_until
 from tests.faults.oracle import read_all, verdict
 from tests.faults.outbox_writer import Outbox, Refill, traffic
@@ -58,45 +59,6 @@ def _liveness_pid(url: str, token: str) -> int | None:
     return int(rows[0][0]) if rows else None
 
 
-def _session_of(url: str, prefixes: dict[str, str]) -> tuple[str, str, str, list[int]] | None:
-    """A session in flight now, with the topic lock still its token's: (relay name,
-    token, session id, ids)."""
-    rows = query(url, "SELECT s.lock_token, s.session_id::text, s.ids FROM relay_sessions s "
-                 "JOIN kafka_topic_info i ON i.topic = s.topic AND i.locked_by = s.lock_token")
-    for token, session, ids in rows:
-        for name, prefix in prefixes.items():
-            if token.startswith(prefix):
-                return name, token, session, ids
-    return None
-
-
-def _freeze_in_flight(url: str, prefixes: dict[str, str], procs: dict[str, RelayProc],
-                      refill: Refill) -> tuple[str, str, str, list[int], float]:
-    """SIGSTOPs a relay whose session is in flight: (name, token, session, ids, when).
-    `refill` writes more when the relays drained the outbox meanwhile."""
-    found: list[tuple[str, str, str, list[int]]] = []
-
-    def in_flight() -> bool:
-        got = _session_of(url, prefixes)
-        if got:
-            found.append(got)
-        else:
-            refill()
-        return got is not None
-
-    for _ in range(20):
-        found.clear()
-        wait_until(in_flight, 600, "a session in flight", interval_s=0.02,
-                   diagnose=lambda: "\n".join(p.tail(15) for p in procs.values()))
-        name, token, session, ids = found[0]
-        procs[name].signal(signal.SIGSTOP)
-        frozen = time.monotonic()
-        if query(url, "SELECT 1 FROM relay_sessions WHERE session_id = %s::uuid", (session,)):
-            return name, token, session, ids, frozen
-        procs[name].signal(signal.SIGCONT)  # it finished before the signal landed
-    raise AssertionError("never froze a relay with a session in flight")
-
-
 def _deletes_by_session(url: str, session: str) -> int:
     """Deletes of outbox rows in the transaction that ended `session` (none if fenced)."""
     return int(scalar(url, """
@@ -128,7 +90,7 @@ def test_a_relay_frozen_within_the_lock_timeout_keeps_its_lock(
         outbox.write(traffic([topic], 12_000, per_tx=50, keys=20, value_bytes=900, seed=12))
         refill = Refill(outbox, [topic], 12_000, seed=12)
         prefixes = {k: v + "@" for k, v in names.items()}
-        name, token, session, ids, frozen = _freeze_in_flight(fault_db, prefixes, procs, refill)
+        name, token, session, ids, _, frozen = freeze_in_flight(fault_db, prefixes, procs, refill)
         outbox.close()
         try:
             time.sleep(freeze_s)  # the fault itself: frozen past 8 heartbeats
@@ -214,7 +176,7 @@ def test_a_dropped_liveness_connection_is_fenced_and_reconnected(
                    diagnose=lambda: "\n".join(p.tail(15) for p in started))
         outbox.write(traffic([theft], 9_000, per_tx=50, keys=20, value_bytes=900, seed=13))
         refill = Refill(outbox, [theft], 9_000, seed=13)
-        name, token, session, ids, frozen = _freeze_in_flight(fault_db, prefixes, procs, refill)
+        name, token, session, ids, _, frozen = freeze_in_flight(fault_db, prefixes, procs, refill)
         other = "b" if name == "a" else "a"
         try:
             pid = _liveness_pid(fault_db, token)

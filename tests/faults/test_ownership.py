@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from outbox_relay.stack import StackInfo
 from tests.faults.conftest import Scenario
+from tests.faults.freeze import freeze_in_flight
 from tests.faults.infra import create_topics, outbox_count, query, unique, wait_until
 from tests.faults.oracle import high_watermarks, read_all, verdict
 from tests.faults.outbox_writer import Outbox, Refill, traffic
@@ -105,58 +104,6 @@ def test_three_relays_racing_never_share_a_topic(
         assert v.duplicates == 0
 
 
-def _victim_session(url: str, prefixes: dict[str, str]) -> tuple[str, str, str, list[int]] | None:
-    """A session in flight right now: (relay name, token, session id, ids)."""
-    for token, session, ids in query(url, "SELECT lock_token, session_id::text, ids "
-                                     "FROM relay_sessions"):
-        for name, prefix in prefixes.items():
-            if token.startswith(prefix):
-                return name, token, session, ids
-    return None
-
-
-def _catch_in_flight(
-    url: str, bootstrap: str, topic: str, prefixes: dict[str, str],
-    by_name: dict[str, RelayProc], last: bool, refill: Callable[[], None],
-) -> tuple[str, str, str, list[int], str, float] | None:
-    """Freeze (SIGSTOP) a relay whose session is in flight, best while its Kafka write is
-    appending records: (name, token, session, ids, phase, when frozen), or None to retry.
-    `refill` writes more when the relays drained the outbox meanwhile."""
-    found: list[tuple[str, str, str, list[int]]] = []
-
-    def session() -> bool:
-        got = _victim_session(url, prefixes)
-        if got:
-            found.append(got)
-        else:
-            refill()
-        return got is not None
-
-    wait_until(session, 600, "a session in flight", interval_s=0.05,
-               diagnose=lambda: "\n".join(p.tail(15) for p in by_name.values()))
-    name, token, session, ids = found[0]
-
-    def alive() -> bool:
-        return bool(query(url, "SELECT 1 FROM relay_sessions WHERE lock_token = %s", (token,)))
-
-    base = sum(high_watermarks(bootstrap, [topic]).values())
-    phase = "before its write"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and alive():
-        if sum(high_watermarks(bootstrap, [topic]).values()) > base:
-            phase = "mid-write"  # its records are landing: only it can be writing now
-            break
-        time.sleep(0.02)
-    if phase != "mid-write" and not last:
-        return None
-    by_name[name].signal(signal.SIGSTOP)
-    frozen = time.monotonic()
-    if not alive():  # it finished before the signal landed
-        by_name[name].signal(signal.SIGCONT)
-        return None
-    return name, token, session, ids, phase, frozen
-
-
 def _reclaimed(url: str, thief_prefix: str, ids: list[int], token: str) -> bool:
     """The thief took the lock and claimed the frozen relay's rows again."""
     return bool(query(url, """
@@ -168,19 +115,22 @@ def _reclaimed(url: str, thief_prefix: str, ids: list[int], token: str) -> bool:
 
 
 @pytest.mark.scenario("5-lock-theft")
+@pytest.mark.parametrize("lane", LANES)
 def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
     stack: StackInfo, fault_db: str, tmp_path: Path, scenario: Scenario, long_mode: bool,
+    lane: str,
 ) -> None:
     n = 40_000 if long_mode else 12_000
     topic = unique("theft")
     create_topics(stack.kafka_bootstrap, {topic: 2})
     lock_timeout = 5.0
-    base = relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=[topic],
-                        relay={"batch_size": 3000, "lock_timeout_s": lock_timeout,
-                               "heartbeat_interval_s": 1})
+    # A full claim of 3,000 rows of 900 bytes is a Spark job on the Spark lane, and a
+    # write of a fraction of a second by the driver's producer on the direct lane.
+    base = on_lane(relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=[topic],
+                                relay={"batch_size": 3000, "lock_timeout_s": lock_timeout,
+                                       "heartbeat_interval_s": 1}), lane)
     names = {"a": "fault-theft-a", "b": "fault-theft-b"}
     outbox = Outbox(fault_db)
-    thefts: list[dict[str, Any]] = []
     with relays() as procs:
         by_name: dict[str, RelayProc] = {}
         for name, source in names.items():
@@ -195,33 +145,25 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
         refill = Refill(outbox, [topic], n, seed=5)
 
         prefixes = {k: v + "@" for k, v in names.items()}
-        for attempt in range(6):
-            caught = _catch_in_flight(fault_db, stack.kafka_bootstrap, topic, prefixes,
-                                      by_name, last=attempt == 5, refill=refill)
-            if caught is None:
-                continue
-            name, token, session, ids, phase, frozen = caught
-            victim, thief = by_name[name], by_name["b" if name == "a" else "a"]
-            thief_prefix = prefixes["b" if name == "a" else "a"]
-            try:
-                wait_until(partial(_reclaimed, fault_db, thief_prefix, ids, token), 300,
-                           "the other relay to take the lock and re-claim", diagnose=thief.tail)
-                # Frozen longer than the lock timeout; resumed while the thief is busy.
-                while time.monotonic() < frozen + lock_timeout + 1:
-                    time.sleep(0.1)
-            finally:
-                frozen_s = time.monotonic() - frozen
-                victim.signal(signal.SIGCONT)
-            thefts.append({"victim": name, "token": token, "session": session,
-                           "ids": len(ids), "phase": phase,
-                           "frozen_s": round(frozen_s, 1)})
-            break
+        # Best frozen while its records land; failing that, anywhere in its session.
+        frozen = freeze_in_flight(
+            fault_db, prefixes, by_name, refill, mid_write_tries=6,
+            landed=lambda: sum(high_watermarks(stack.kafka_bootstrap, [topic]).values()))
+        victim, thief = by_name[frozen.name], by_name["b" if frozen.name == "a" else "a"]
+        thief_prefix = prefixes["b" if frozen.name == "a" else "a"]
+        try:
+            wait_until(partial(_reclaimed, fault_db, thief_prefix, frozen.ids, frozen.token),
+                       300, "the other relay to take the lock and re-claim", diagnose=thief.tail)
+            # Frozen longer than the lock timeout; resumed while the thief is busy.
+            while time.monotonic() < frozen.at + lock_timeout + 1:
+                time.sleep(0.1)
+        finally:
+            frozen_s = time.monotonic() - frozen.at
+            victim.signal(signal.SIGCONT)
         outbox.close()
-        assert thefts, "never caught a relay with a session in flight"
         wait_until(lambda: outbox_count(fault_db) == 0, 900, "the drain to complete",
                    diagnose=lambda: "\n".join(p.tail(15) for p in procs))
         drained = time.monotonic()
-        victim = by_name[thefts[0]["victim"]]
         wait_until(lambda: any(s in victim.text() for s in SAW_IT), 120,
                    "the frozen relay to see it", diagnose=victim.tail)
         quiesce(fault_db)
@@ -230,7 +172,7 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
     records = read_all(stack.kafka_bootstrap, [topic])
     v = verdict(outbox, records)
     owners = ownership(fault_db, lock_timeout)
-    stolen = thefts[0]["token"]
+    stolen = frozen.token
     takeover = [t for t in owners.takeovers if t[1] == stolen]
     # The frozen session never ended with a delete of its own; its rows were deleted by
     # the thief's transaction (a delete fenced by the thief's lock).
@@ -238,24 +180,24 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
         SELECT count(*) FROM fault_fence_events e
         JOIN fault_fence_events d ON d.xid = e.xid AND d.kind = 'delete'
         WHERE e.kind = 'session_end' AND e.session_id = %s::uuid
-    """, (thefts[0]["session"],))[0][0]
+    """, (frozen.session,))[0][0]
     may_repeat = unfinished_claims(fault_db)
-    victim_log = logs[f"relay-{thefts[0]['victim']}"]
+    victim_log = logs[f"relay-{frozen.name}"]
     lost_lines = [ln for ln in victim_log.splitlines() if any(s in ln for s in SAW_IT)]
     scenario.update(
         v.figures(),
-        faults_injected=len(thefts),
+        faults_injected=1,
         backlogs_written_again=refill.count,
-        frozen_s=thefts[0]["frozen_s"],
+        frozen_s=round(frozen_s, 1),
         lock_timeout_s=lock_timeout,
-        session_in_flight=thefts[0]["ids"],
-        frozen_phase=thefts[0]["phase"],
+        session_in_flight=len(frozen.ids),
+        frozen_phase=frozen.phase,
         drain_s=round(drained - started, 1),
         takeover_after_s=round(takeover[0][3], 1) if takeover else None,
         deletes_by_frozen_session=stolen_deletes,
         unfenced_deletes=len(owners.unfenced),
-        notes=f"SIGSTOP {thefts[0]['phase']} for {thefts[0]['frozen_s']:.0f} s (lock "
-              f"timeout {lock_timeout:.0f} s) with {thefts[0]['ids']} rows in flight; the lock "
+        notes=f"SIGSTOP {frozen.phase} for {frozen_s:.0f} s (lock "
+              f"timeout {lock_timeout:.0f} s) with {len(frozen.ids)} rows in flight; the lock "
               "passed after "
               f"{takeover[0][3] if takeover else float('nan'):.1f} s without renewal; "
               f"{stolen_deletes} deletes by the frozen session after it; its log: "
