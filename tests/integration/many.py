@@ -13,6 +13,7 @@ from outbox_relay.config.load import build_config
 from outbox_relay.control.db import Database
 from outbox_relay.control.migrate import migrate
 from outbox_relay.stack import StackInfo
+from tests.integration.helpers import Msg, order_report
 from tests.kafka_readback import Received
 
 SOURCE = "test-many"
@@ -59,3 +60,14 @@ def by_database(records: Sequence[Received], source_name: str,
         assert source in of, f"a record of no database of this relay: source {source!r}"
         mine[of[source]].append(r)
     return mine
+
+
+def check_delivery(written: dict[str, dict[int, Msg]], got: Sequence[Received]) -> None:
+    """Every id each database wrote was read back from Kafka, under its database's source
+    header, with its topic and value, in per-key order within its database."""
+    mine = by_database(got, SOURCE, written)
+    for name, msgs in written.items():
+        assert {r.outbox_id for r in mine[name]} == set(msgs), name
+        assert all(r.topic == msgs[r.outbox_id].topic and r.value == msgs[r.outbox_id].value
+                   for r in mine[name]), name
+        assert order_report(msgs, mine[name])[:2] == (0, 0), name

@@ -10,7 +10,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,20 +28,17 @@ from outbox_relay.stream.many import ManyResult, run_many
 from outbox_relay.stream.stop import StopSignal
 from tests.integration.helpers import (
     Msg,
-    Received,
     consume,
     create_topics,
     every_key_shape,
     insert,
-    order_report,
     query,
     unique,
     wait_for,
 )
 from tests.integration.many import (
-    SOURCE,
-    SOURCE_HEADER,
     Databases,
+    check_delivery,
     migrate_url,
     profile_data,
 )
@@ -64,19 +61,6 @@ def _written(entries: list[tuple[str, str]], shared: list[str], per_topic: int
         ids = insert(url, [msgs[j:j + 50] for j in range(0, len(msgs), 50)])
         written[name] = dict(zip(ids, msgs, strict=True))
     return written
-
-
-def _check_delivery(written: dict[str, dict[int, Msg]], got: list[Received]) -> None:
-    by_source: dict[str, list[Received]] = defaultdict(list)
-    for r in got:
-        by_source[r.headers[SOURCE_HEADER].decode()].append(r)
-    assert set(by_source) == {f"{SOURCE}/{name}" for name in written}
-    for name, msgs in written.items():
-        mine = by_source[f"{SOURCE}/{name}"]
-        assert {r.outbox_id for r in mine} == set(msgs), name
-        assert all(r.topic == msgs[r.outbox_id].topic and r.value == msgs[r.outbox_id].value
-                   for r in mine), name
-        assert order_report(msgs, mine)[:2] == (0, 0), name
 
 
 def _run(config: Config, spark: SparkSession, available_now: bool,
@@ -117,7 +101,7 @@ def test_one_relay_relays_eight_databases_each_in_key_order_and_each_ledger_hold
     assert result.exit_code == ExitCode.OK
     assert lanes["direct"] > 0 and lanes["spark"] > 0
     assert len(got) == total  # nothing twice: a drain without faults sends each once
-    _check_delivery(written, got)
+    check_delivery(written, got)
     for name, url in entries:
         assert query(url, "SELECT count(*) FROM kafka_messages") == [(0,)]
         ledger = Counter(r.message_id for r in spark.read.format("delta")
@@ -203,7 +187,7 @@ def test_a_continuous_relay_relays_the_others_while_one_database_is_missing_and_
                        for name, url in entries}
             early = consume(stack.kafka_bootstrap, [topic], expect=24, timeout_s=60)
             assert len({r.outbox_id for r in early}) >= 12
-            _check_delivery(written, early)
+            check_delivery(written, early)
             admin = psycopg2.connect(stack.postgres_url)
             admin.autocommit = True
             with admin.cursor() as cur:
@@ -221,7 +205,7 @@ def test_a_continuous_relay_relays_the_others_while_one_database_is_missing_and_
             cur.execute(f'DROP DATABASE IF EXISTS "{late_name}" WITH (FORCE)')
         drop.close()
     got = consume(stack.kafka_bootstrap, [topic], expect=36, timeout_s=60)
-    _check_delivery(written, got)
+    check_delivery(written, got)
     assert results and results[0].exit_code == ExitCode.OK
 
 
@@ -247,7 +231,7 @@ def test_a_drain_drains_every_database_it_reaches_and_says_one_was_not(
     got = consume(stack.kafka_bootstrap, [topic], expect=60, timeout_s=60)
     codes = {o.name: o.exit_code for o in result.outcomes}
     print(f"exit {result.exit_code} after {took:.1f} s; per database {codes}")
-    _check_delivery(written, got)
+    check_delivery(written, got)
     assert codes["db-0"] == codes["db-1"] == ExitCode.OK
     assert codes["gone"] != ExitCode.OK
     assert result.exit_code == codes["gone"]
@@ -288,5 +272,5 @@ def test_only_a_database_with_a_backlog_starts_a_streaming_query(
         time.sleep(3)  # a query the quiet database started beside it would be up by now
         active = names()
     assert not any(n.endswith(f"/{quiet}") for n in active), active
-    _check_delivery(written, got)
+    check_delivery(written, got)
     assert results and results[0].exit_code == ExitCode.OK
