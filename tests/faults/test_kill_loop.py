@@ -99,11 +99,16 @@ def test_kill_loop_loses_nothing_and_duplicates_only_what_was_in_flight(
     outbox = Outbox(fault_db)
     outbox.write(traffic(topics, n, per_tx=100, keys=40, value_bytes=120, seed=1))
     outbox.close()
-    # About three batches per planned kill, so the drain outlasts the kills.
+    # About three batches per planned kill, so the drain outlasts the kills on the Spark
+    # lane. The driver's producer is faster than that: one process may drain half the
+    # backlog between its claim and its kill. So before each start the outbox holds at
+    # least four rounds of batches: more than the two claims a kill waits for.
     batch_size = max(100, n // TOPICS // (3 * planned))
+    floor = 4 * batch_size * TOPICS
+    topped_up = 0
     config = on_lane(relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=topics,
                                   source_name=SOURCE, relay={"batch_size": batch_size}), lane)
-    scenario.update(written=n, topics=TOPICS, batch_size_per_topic=batch_size)
+    scenario.update(topics=TOPICS, batch_size_per_topic=batch_size)
 
     kills: list[dict[str, Any]] = []
     in_flight: list[set[int]] = []
@@ -114,8 +119,11 @@ def test_kill_loop_loses_nothing_and_duplicates_only_what_was_in_flight(
     with relays() as procs:
         for k, kind in enumerate(_plan(planned, rng)):
             remaining = outbox_count(fault_db)
-            if remaining == 0:
-                break
+            if remaining < floor:
+                topped_up += 1
+                outbox.write(traffic(topics, n // 5, per_tx=100, keys=40, value_bytes=120,
+                                     seed=1 + topped_up, tag=f"more{topped_up}-"))
+                remaining = outbox_count(fault_db)
             env = {"RELAY_FAILPOINTS": "after_ack"} if kind == "after_ack" else None
             proc = start_relay(config, tmp_path, f"kill-{k:02d}", env=env)
             procs.append(proc)
@@ -153,6 +161,7 @@ def test_kill_loop_loses_nothing_and_duplicates_only_what_was_in_flight(
         code = final.wait(1200)
         assert code == 0, final.tail()
     drain_s = time.monotonic() - started
+    outbox.close()
 
     records = read_all(stack.kafka_bootstrap, topics)
     v = verdict(outbox, records)
@@ -182,6 +191,7 @@ def test_kill_loop_loses_nothing_and_duplicates_only_what_was_in_flight(
     scenario.update(
         v.figures(),
         faults_injected=len(kills),
+        backlogs_written_again=topped_up,
         kills_random=sum(k["kind"] == "random" for k in kills),
         kills_after_ack=sum(k["kind"] == "after_ack" for k in kills),
         drain_s=round(drain_s, 1),
