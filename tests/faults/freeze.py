@@ -31,7 +31,7 @@ class Frozen(NamedTuple):
     at: float  # time.monotonic() when the signal was sent
 
 
-def session_of(url: str, prefixes: dict[str, str]) -> tuple[str, str, str, list[int]] | None:
+def _session_of(url: str, prefixes: dict[str, str]) -> tuple[str, str, str, list[int]] | None:
     """A session in flight now, with the topic lock still its token's: (relay name,
     token, session id, ids)."""
     rows = query(url, "SELECT s.lock_token, s.session_id::text, s.ids FROM relay_sessions s "
@@ -70,7 +70,7 @@ def freeze_in_flight(url: str, prefixes: dict[str, str], procs: dict[str, RelayP
     found: list[tuple[str, str, str, list[int]]] = []
 
     def in_flight() -> bool:
-        got = session_of(url, prefixes)
+        got = _session_of(url, prefixes)
         if got:
             found.append(got)
         else:

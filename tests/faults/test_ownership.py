@@ -149,10 +149,10 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
         frozen = freeze_in_flight(
             fault_db, prefixes, by_name, refill, mid_write_tries=6,
             landed=lambda: sum(high_watermarks(stack.kafka_bootstrap, [topic]).values()))
-        victim, thief = by_name[frozen.name], by_name["b" if frozen.name == "a" else "a"]
-        thief_prefix = prefixes["b" if frozen.name == "a" else "a"]
+        other = "b" if frozen.name == "a" else "a"
+        victim, thief = by_name[frozen.name], by_name[other]
         try:
-            wait_until(partial(_reclaimed, fault_db, thief_prefix, frozen.ids, frozen.token),
+            wait_until(partial(_reclaimed, fault_db, prefixes[other], frozen.ids, frozen.token),
                        300, "the other relay to take the lock and re-claim", diagnose=thief.tail)
             # Frozen longer than the lock timeout; resumed while the thief is busy.
             while time.monotonic() < frozen.at + lock_timeout + 1:
@@ -172,8 +172,7 @@ def test_frozen_relay_loses_its_lock_and_deletes_nothing_the_thief_reclaimed(
     records = read_all(stack.kafka_bootstrap, [topic])
     v = verdict(outbox, records)
     owners = ownership(fault_db, lock_timeout)
-    stolen = frozen.token
-    takeover = [t for t in owners.takeovers if t[1] == stolen]
+    takeover = [t for t in owners.takeovers if t[1] == frozen.token]
     # The frozen session never ended with a delete of its own; its rows were deleted by
     # the thief's transaction (a delete fenced by the thief's lock).
     stolen_deletes = query(fault_db, """
