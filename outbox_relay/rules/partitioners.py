@@ -13,6 +13,7 @@ test_rules_contract.py pin the two together.
 
 from __future__ import annotations
 
+import struct
 import zlib
 from typing import Literal
 
@@ -33,13 +34,12 @@ def murmur2(data: bytes) -> int:
     """Kafka's murmur2 as an unsigned 32-bit value (Java's int, reinterpreted)."""
     length = len(data)
     h = (SEED ^ length) & MASK
-    for i in range(length // 4):
-        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
+    # The 4-byte words unpacked at once: slicing each cost the direct lane 4.4 us a
+    # 36-byte key (a UUID's text), twice this loop's arithmetic.
+    for k in struct.unpack_from(f"<{length // 4}I", data):
         k = (k * M) & MASK
         k ^= k >> 24
-        k = (k * M) & MASK
-        h = (h * M) & MASK
-        h ^= k
+        h = ((h * M) & MASK) ^ ((k * M) & MASK)
     tail = length & ~3
     rem = length % 4
     if rem >= 3:

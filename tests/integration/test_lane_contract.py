@@ -102,8 +102,7 @@ def test_both_lanes_send_identical_records(
                             cloudevents=default_types(config.relay.topic_rules, topics))
     finally:
         db.close()
-    for r in direct:
-        object.__setattr__(r, "topic", via_driver[r.topic])
+    direct = [r._replace(topic=via_driver[r.topic]) for r in direct]
     sender = Sender(producer_config(config.kafka, config.relay.partitioner))
     sent = sender.send(direct, 30)
     sender.close()
