@@ -22,6 +22,7 @@ from outbox_relay.control.parking import Parking
 from outbox_relay.data.plan import RecordPlan
 from outbox_relay.direct.producer import producer_config
 from outbox_relay.direct.send import Sender
+from outbox_relay.launch.spark import backlogs_on_driver
 from outbox_relay.ledger.delta import Ledger
 from outbox_relay.observe.runtime import RuntimeMetrics
 from outbox_relay.rules.cloudevent_topics import default_types
@@ -179,7 +180,8 @@ def new_delivery(relay: Relay) -> Delivery:
     if config.relay.direct_lane:
         direct = DirectLane(
             Sender(producer_config(config.kafka, config.relay.partitioner)),
-            DirectSettings.of(config), db=relay.db, admin=relay.admin, settlement=settlement,
+            DirectSettings.of(config, backlogs=backlogs_on_driver(config)), db=relay.db,
+            admin=relay.admin, settlement=settlement,
             cloudevents=lambda topics: default_types(rules, topics),
             lost=lambda: delivery.lost_now())
     delivery = Delivery(relay.metrics, direct=direct,

@@ -206,6 +206,13 @@ class RelaySettings(StrictModel):
     direct_lane: bool = True
     direct_max_rows: int = Field(5_000, ge=1)
     direct_max_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # Where a backlog goes while the direct lane is on. "spark": Spark's executors, whose
+    # cores are not the driver's on a cluster. "direct": the driver's producer too, in
+    # claims of the direct lane's limits, and no Spark job for it. "auto": "direct" when
+    # the master is local (spark-submit's, else spark.master), where the executors are
+    # threads of the driver's JVM on the driver's cores and cost about three times the
+    # producer's CPU per message (docs/performance.md, MANY); "spark" on a cluster.
+    backlog_lane: Literal["auto", "spark", "direct"] = "spark"
 
     @field_validator("include_topics", "exclude_topics")
     @classmethod

@@ -123,6 +123,17 @@ def submitted_master() -> str | None:
     return SparkConf().get("spark.master")
 
 
+def backlogs_on_driver(config: Config) -> bool:
+    """relay.backlog_lane resolved: whether the driver's producer sends backlogs too. Under
+    "auto", it does when the master is local (spark-submit's wins over the profile's, as
+    in build_session), where the executors run on the driver's own cores."""
+    lane = config.relay.backlog_lane
+    if lane != "auto":
+        return lane == "direct"
+    master = submitted_master() or config.spark.master
+    return master is not None and master.startswith("local")
+
+
 def build_session(config: Config) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(config.spark.app_name)

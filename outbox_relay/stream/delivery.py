@@ -63,10 +63,17 @@ class Delivery:
         with self._guard:
             self._lost.clear()
 
+    @property
+    def backlogs_to_spark(self) -> bool:
+        """Whether a claim cut at its limit (a backlog) is for Spark's executors, so that
+        meeting one asks for the session; else the driver's producer sends backlogs too."""
+        return self._direct is None or not self._direct.settings.backlogs
+
     def claim_limits(self, rows: int, size: int) -> tuple[int, int]:
         """A claim's per-topic row and byte limits: the profile's `rows` and `size`, or,
-        while only the driver sends (no Spark yet), at most what the direct lane takes."""
-        if self._spark is not None or self._direct is None:
+        while only the driver sends (no Spark yet, or backlogs are the driver's too), at
+        most what the direct lane takes."""
+        if self._direct is None or (self._spark is not None and self.backlogs_to_spark):
             return rows, size
         settings = self._direct.settings
         return min(rows, settings.max_rows), min(size, settings.max_bytes)

@@ -46,13 +46,16 @@ class DirectSettings:
     timeout_s: float
     max_rows: int
     max_bytes: int
+    # Backlogs too (relay.backlog_lane, resolved): every claim is capped at a write's
+    # limits, Spark up or not, and none is handed to the executors for its size.
+    backlogs: bool = False
 
     @classmethod
-    def of(cls, config: Config) -> DirectSettings:
+    def of(cls, config: Config, *, backlogs: bool = False) -> DirectSettings:
         relay, kafka = config.relay, config.kafka
         return cls(relay.source_name, relay.header_prefix, relay.partitioner,
                    kafka.delivery_timeout_ms / 1000, relay.direct_max_rows,
-                   relay.direct_max_bytes)
+                   relay.direct_max_bytes, backlogs)
 
     def fits(self, claim: Claim) -> bool:
         """Whether a topic's claim is small enough for the driver: larger ones are Spark

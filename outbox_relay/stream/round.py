@@ -191,7 +191,8 @@ class Round:
                                                          settings.max_batch_bytes)
         with self.metrics.phase("claim"):
             batch = self._claims.claim(limits, limit, batch_bytes)
-        if self.on_backlog is not None and any(c.more for c in batch.claims):
+        if (self.on_backlog is not None and self._delivery.backlogs_to_spark
+                and any(c.more for c in batch.claims)):
             self.on_backlog()
         # What sessions that could not end withheld, settled by the claim before it claimed.
         for topic, n in batch.compacted.items():

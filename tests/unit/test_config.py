@@ -11,6 +11,7 @@ from outbox_relay.config.load import (
     to_json_without_secrets,
 )
 from outbox_relay.errors import ConfigError
+from outbox_relay.launch.spark import backlogs_on_driver
 
 REPO = Path(__file__).resolve().parents[2]
 # conf/local.toml names the running local stack; these give its addresses instead
@@ -31,6 +32,7 @@ def test_local_profile_loads() -> None:
         ({"relay": {"batch_sizee": 5}}, "relay.batch_sizee"),
         ({"relay": {"batch_size": "many"}}, "relay.batch_size"),
         ({"relay": {"partitioner": "random"}}, "relay.partitioner"),
+        ({"relay": {"backlog_lane": "executors"}}, "relay.backlog_lane"),
         ({"kafka": {"bootstrap": "x"}}, "kafka.bootstrap"),
         ({"relay": {"include_topics": ["("]}}, "relay.include_topics"),
         ({"postgres": {"url": "mysql://x"}}, "postgres.url"),
@@ -230,3 +232,28 @@ def test_an_empty_spark_master_is_unset_and_an_omitted_one_local() -> None:
     # TOML has no null: a cluster profile (conf/databricks.toml) writes `master = ""`.
     assert build_config({"spark": {"master": ""}}, env={}).spark.master is None
     assert build_config({}, env={}).spark.master == "local[2]"
+
+
+@pytest.mark.parametrize(
+    ("lane", "master", "on_driver"),
+    [
+        ("auto", "local[2]", True),
+        ("auto", "local[*]", True),
+        ("auto", "spark://cluster:7077", False),
+        ("auto", "", False),  # the cluster's own master (Databricks)
+        ("direct", "spark://cluster:7077", True),
+        ("spark", "local[2]", False),
+    ],
+)
+def test_the_backlog_lane_follows_the_master_under_auto(
+        lane: str, master: str, on_driver: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)  # not under spark-submit
+    config = build_config({"relay": {"backlog_lane": lane}, "spark": {"master": master}},
+                          env={})
+    assert backlogs_on_driver(config) is on_driver
+
+
+def test_backlogs_go_to_spark_unless_a_profile_says_otherwise() -> None:
+    assert build_config({}, env={}).relay.backlog_lane == "spark"
+    local = load_config(REPO / "conf" / "local.toml", env=STACK_ADDRESSES)
+    assert local.relay.backlog_lane == "auto" and backlogs_on_driver(local)

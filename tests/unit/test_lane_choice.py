@@ -85,3 +85,35 @@ def test_without_the_direct_lane_every_claim_is_sparks(spark: bool) -> None:
 
 def test_once_spark_is_up_claims_take_the_profiles_limits() -> None:
     assert _delivery().claim_limits(20_000, 64 * 1024 * 1024) == (20_000, 64 * 1024 * 1024)
+
+
+BACKLOGS = DirectSettings("src", "relay-", "murmur2", 30.0, max_rows=5_000,
+                          max_bytes=8 * 1024 * 1024, backlogs=True)
+
+
+class _DirectBacklogs:
+    settings = BACKLOGS
+
+
+@pytest.mark.parametrize("spark", [True, False])
+def test_backlogs_on_the_driver_cap_every_claim_at_a_write_spark_up_or_not(spark: bool) -> None:
+    """relay.backlog_lane "direct": a backlog is claimed in the direct lane's limits and
+    sent by it, so no claim ever needs Spark for its size, and meeting one does not ask
+    for the session."""
+    delivery = Delivery(cast("RuntimeMetrics", None),
+                        direct=cast("DirectLane", _DirectBacklogs()),
+                        transformed=lambda topic: topic == "tx")
+    if spark:
+        delivery.attach_spark(cast("SparkLane", object()))
+    assert not delivery.backlogs_to_spark
+    assert delivery.claim_limits(20_000, 64 * 1024 * 1024) == (5_000, 8 * 1024 * 1024)
+    full = _claim("full", 5_000)
+    direct, rest = delivery.lanes([full, _claim("tx", 1)])
+    assert [c.topic for c in direct] == ["full"]
+    # A transformed topic's records are made on the executors, whatever its size.
+    assert [c.topic for c in rest] == ["tx"]
+
+
+def test_backlogs_go_to_spark_by_default_or_without_the_direct_lane() -> None:
+    assert _delivery().backlogs_to_spark
+    assert _delivery(direct=False).backlogs_to_spark
