@@ -68,15 +68,6 @@ def keyless_partition(outbox_id: int, partitions: int) -> int:
     return outbox_id % partitions
 
 
-def partition_of(row: ClaimedRow, partitioner: Partitioner) -> int | None:
-    if row.partition_count is None:
-        return None  # not known: the producer chooses, as the Spark lane leaves it
-    pkey = partitioning_key(row.partition_key, row.key)
-    if pkey is None:
-        return keyless_partition(row.id, row.partition_count)
-    return partition_for(partitioner, pkey, row.partition_count)
-
-
 def _cloudevent_headers(row: ClaimedRow, source: bytes, created: bytes,
                         default_type: str | None, own: Mapping[str, str]) -> list[Header]:
     attributes = [
@@ -115,12 +106,12 @@ def _maker(source_name: str, header_prefix: str, partitioner: Partitioner,
         created = iso_utc(row.created_at).encode()
         headers: list[Header] = [(id_name, str(row.id).encode()), (source_header, source),
                                  (created_name, created)]
-        if row.headers is None and not cloudevents:
-            return Record(row.id, row.topic, row.key, row.message, headers, partition(row))
-        own: dict[str, str] = json.loads(row.headers) if row.headers is not None else {}
-        if row.topic in cloudevents:
-            headers += _cloudevent_headers(row, source, created, cloudevents[row.topic], own)
-        headers += [(name, value.encode()) for name, value in own.items()]
+        if row.headers is not None or row.topic in cloudevents:
+            own: dict[str, str] = json.loads(row.headers) if row.headers is not None else {}
+            if row.topic in cloudevents:
+                headers += _cloudevent_headers(row, source, created, cloudevents[row.topic],
+                                               own)
+            headers += [(name, value.encode()) for name, value in own.items()]
         return Record(row.id, row.topic, row.key, row.message, headers, partition(row))
 
     return make
