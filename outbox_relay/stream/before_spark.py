@@ -4,7 +4,8 @@ them (outbox_relay.stream.direct_lane) while the session is built beside them
 
 A continuous relay asks for its session at once: its query is the frame of its rounds,
 and a backlog goes to the executors. A drain asks for it only when it meets a backlog
-(a claim cut at the direct lane's limit) or topics it cannot finish alone (in backoff,
+for the executors (a claim cut at the direct lane's limit, unless relay.backlog_lane
+gives backlogs to the driver's producer too) or topics it cannot finish alone (in backoff,
 locked elsewhere: the query's deadline handles those); a drain these rounds finish
 never builds a session. Each call of the rounds is a short slice, so that the session's
 readiness is seen within one.

@@ -7,7 +7,8 @@ write; any other, and every one while the direct lane is off, through one Spark 
 the executors (outbox_relay.stream.spark_lane). Both write the same records and keep the
 same invariants; what happens around the write (lock, claim, delete, ledger) is the
 round's. Until Spark is up (`attach_spark`), only the direct lane writes, and each claim
-is capped at what it takes.
+is capped at what it takes; when backlogs are the driver's too (relay.backlog_lane), so
+it stays once Spark is up.
 """
 
 from __future__ import annotations

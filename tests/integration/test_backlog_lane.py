@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from outbox_relay.config import Config
 from outbox_relay.stack import StackInfo
 from outbox_relay.stream.runner import EXIT_OK
 from tests.integration.conftest import ConfigFactory, RelayRunner
@@ -35,10 +36,16 @@ MAX_ROWS = 50  # a topic's backlog is twelve claims of the direct lane's limit
 SESSION_BUILT = "Running Spark version"
 
 
-def _backlog(url: str, topics: dict[str, int]) -> dict[int, Msg]:
+def _backlog(stack: StackInfo, url: str, make_config: ConfigFactory,
+             topics: dict[str, int]) -> tuple[dict[int, Msg], Config]:
+    """Every key shape, PER_TOPIC rows a topic in transactions of 100, and a profile whose
+    backlogs take the driver's producer in claims of MAX_ROWS."""
+    create_topics(stack.kafka_bootstrap, topics)
     msgs = every_key_shape(list(topics), PER_TOPIC)
     ids = insert(url, [msgs[i:i + 100] for i in range(0, len(msgs), 100)])
-    return dict(zip(ids, msgs, strict=True))
+    config = make_config(list(topics), relay={
+        "batch_size": 5_000, "backlog_lane": "direct", "direct_max_rows": MAX_ROWS})
+    return dict(zip(ids, msgs, strict=True)), config
 
 
 def _check(bootstrap: str, topics: dict[str, int], written: dict[int, Msg]) -> None:
@@ -57,10 +64,7 @@ def test_a_backlog_goes_by_the_drivers_producer_with_spark_up(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, run_relay: RelayRunner,
 ) -> None:
     topics = {unique("backlog-a"): 3, unique("backlog-b"): 5}
-    create_topics(stack.kafka_bootstrap, topics)
-    written = _backlog(migrated_url, topics)
-    config = make_config(list(topics), relay={
-        "batch_size": 5_000, "backlog_lane": "direct", "direct_max_rows": MAX_ROWS})
+    written, config = _backlog(stack, migrated_url, make_config, topics)
 
     result = run_relay(config)
 
@@ -77,10 +81,7 @@ def test_a_submitted_drain_of_a_backlog_builds_no_spark_session(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, tmp_path: Path,
 ) -> None:
     topics = {unique("nosession-a"): 3, unique("nosession-b"): 2}
-    create_topics(stack.kafka_bootstrap, topics)
-    written = _backlog(migrated_url, topics)
-    config = make_config(list(topics), relay={
-        "batch_size": 5_000, "backlog_lane": "direct", "direct_max_rows": MAX_ROWS})
+    written, config = _backlog(stack, migrated_url, make_config, topics)
     log = tmp_path / "drain.log"
 
     proc = spark_submit(write_profile(config, tmp_path / "relay.toml"), "--available-now",
