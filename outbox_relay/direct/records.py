@@ -83,8 +83,9 @@ def _cloudevent_headers(row: ClaimedRow, source: bytes, created: bytes,
 
 def _maker(source_name: str, header_prefix: str, partitioner: Partitioner,
            cloudevents: Mapping[str, str | None]) -> Callable[[ClaimedRow], Record]:
-    """to_record with what every row shares worked out once: the reserved headers'
-    names, the source's bytes, and each partitioning key's partition (keys repeat)."""
+    """A row's record, with what every row of a write shares worked out once: the
+    reserved headers' names, the source's bytes, and each partitioning key's partition
+    (keys repeat)."""
     id_name, source_header = header_prefix + HEADER_ID, header_prefix + HEADER_SOURCE
     created_name = header_prefix + HEADER_CREATED_AT
     source = source_name.encode()
@@ -117,16 +118,10 @@ def _maker(source_name: str, header_prefix: str, partitioner: Partitioner,
     return make
 
 
-def to_record(row: ClaimedRow, *, source_name: str, header_prefix: str,
-              partitioner: Partitioner,
-              cloudevents: Mapping[str, str | None]) -> Record:
-    """The record of `row`; `cloudevents` maps each CloudEvents topic to its rule's default
-    ce_type (None: the row's own only)."""
-    return _maker(source_name, header_prefix, partitioner, cloudevents)(row)
-
-
 def to_records(rows: Sequence[ClaimedRow], *, source_name: str, header_prefix: str,
                partitioner: Partitioner,
                cloudevents: Mapping[str, str | None]) -> list[Record]:
+    """The records of `rows`, in order; `cloudevents` maps each CloudEvents topic to its
+    rule's default ce_type (None: the row's own only)."""
     make = _maker(source_name, header_prefix, partitioner, cloudevents)
     return [make(r) for r in rows]
