@@ -88,12 +88,16 @@ def keep_delivery_guarantees(options: dict[str, str]) -> dict[str, str]:
     return options
 
 
-def check_lock_timeouts(lock_s: float, beat_s: float, statement_ms: int) -> None:
-    """The heartbeat must renew a lock before it lapses, by the database's clock.
+def check_lock_timeouts(lock_s: float, beat_s: float, statement_ms: int,
+                        idle_ms: int) -> None:
+    """The heartbeat must renew a lock before it lapses, by the database's clock, and a
+    lapsed lock must be free to take by then.
 
     A third of the lock timeout between renewals lets a lock survive two missed
     renewals; a renewal that hangs is cut off by the statement timeout and retried
-    one interval later, still before the lock lapses.
+    one interval later, still before the lock lapses. A relay paused inside its delete's
+    transaction holds its topics' rows (HOLD_OWNED) until the server ends that idle
+    transaction: past the lock timeout, a rival would wait longer than the lock promises.
     """
     if beat_s * 3 > lock_s:
         raise ValueError(
@@ -106,6 +110,13 @@ def check_lock_timeouts(lock_s: float, beat_s: float, statement_ms: int) -> None
             f"relay.heartbeat_interval_s ({beat_s:g} s) must stay below "
             f"relay.lock_timeout_s ({lock_s:g} s), so a renewal that hangs is cut off "
             "and retried before the lock lapses"
+        )
+    if not 0 < idle_ms < lock_s * 1000:
+        raise ValueError(
+            f"postgres.idle_in_transaction_timeout_ms: {idle_ms} ms must be above 0 and "
+            f"below relay.lock_timeout_s ({lock_s:g} s): a relay paused inside its delete's "
+            "transaction holds its topics until the server ends that transaction, so a "
+            "rival could not take a lapsed lock over"
         )
 
 

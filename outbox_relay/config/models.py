@@ -39,11 +39,12 @@ class PostgresConfig(StrictModel):
     password_env: str | None = Field(None, min_length=1)
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
     connect_timeout_s: int = Field(10, ge=1)
-    # The control plane's; unset, half the lock timeout (Config._derive_statement_timeout).
+    # The control plane's; unset, half the lock timeout (Config._derive_control_timeouts).
     statement_timeout_ms: int = Field(30_000, ge=1)
     # The executors' JDBC read of a batch: no lock renewal waits on it, so it may be longer.
     read_statement_timeout_ms: int = Field(120_000, ge=0)
-    idle_in_transaction_timeout_ms: int = Field(60_000, ge=0)
+    # The control plane's too, and derived alike; below the lock timeout (config.checks).
+    idle_in_transaction_timeout_ms: int = Field(30_000, ge=0)
     fetch_size: int = Field(10_000, ge=1)
 
     @field_validator("url")

@@ -26,6 +26,9 @@ from outbox_relay.config.models import (
     SparkSettings,
 )
 
+# The [postgres] timeouts that, unset, are half the lock timeout.
+DERIVED_FROM_LOCK = ("statement_timeout_ms", "idle_in_transaction_timeout_ms")
+
 
 class Config(BaseSettings):
     """A whole profile. Its settings say how the environment names each key:
@@ -60,8 +63,9 @@ class Config(BaseSettings):
 
     @model_validator(mode="before")
     @classmethod
-    def _derive_statement_timeout(cls, data: Any) -> Any:
-        """Unset, the control plane's statement timeout is half the lock timeout."""
+    def _derive_control_timeouts(cls, data: Any) -> Any:
+        """Unset, the control plane's statement and idle-in-transaction timeouts are each
+        half the lock timeout."""
         if not isinstance(data, dict):
             return data
         pg, settings = data.get("postgres", {}), data.get("relay", {})
@@ -69,14 +73,16 @@ class Config(BaseSettings):
             return data  # validation reports the wrong type
         default_lock_s = RelaySettings.model_fields["lock_timeout_s"].default
         lock_s = settings.get("lock_timeout_s", default_lock_s)
-        if "statement_timeout_ms" in pg or not isinstance(lock_s, int | float) or lock_s <= 0:
+        if not isinstance(lock_s, int | float) or lock_s <= 0:
             return data
-        return {**data, "postgres": {**pg, "statement_timeout_ms": max(1, int(lock_s * 500))}}
+        derived = {key: max(1, int(lock_s * 500)) for key in DERIVED_FROM_LOCK if key not in pg}
+        return {**data, "postgres": {**pg, **derived}} if derived else data
 
     @model_validator(mode="after")
     def _timeouts_keep_the_lock(self) -> Config:
         check_lock_timeouts(self.relay.lock_timeout_s, self.relay.heartbeat_interval_s,
-                            self.postgres.statement_timeout_ms)
+                            self.postgres.statement_timeout_ms,
+                            self.postgres.idle_in_transaction_timeout_ms)
         return self
 
     @field_validator("databases")

@@ -54,23 +54,34 @@ RETRY_AT = "coalesce(i.next_retry_at, i.locked_at + interval '60 seconds')"
 # The one definition of "in backoff": in error, and its retry time not reached yet.
 IN_BACKOFF = f"(i.error AND coalesce({RETRY_AT}, '-infinity') > now() AT TIME ZONE 'UTC')"
 
+# Only the topics this snapshot lacks reach the insert: a conflict check on a row another
+# transaction is updating would wait for it (see LOCK_TOPICS).
 ENSURE_TOPICS = """
 INSERT INTO kafka_topic_info (topic)
 SELECT t FROM unnest(%s::varchar[]) AS t
+WHERE NOT EXISTS (SELECT 1 FROM kafka_topic_info i WHERE i.topic = t)
 ON CONFLICT (topic) DO NOTHING
 """
 
 # A free topic, a topic whose backoff is over, a lock nobody renewed in time, or one whose
 # holder is certainly gone (issue 52: a restarted relay takes a killed one's locks at once).
+# A row locked by another transaction is skipped, not waited for: a relay paused inside its
+# delete's transaction holds its topics' rows (HOLD_OWNED) until the server ends that
+# transaction, and waiting would stall this relay's every other topic as long.
 LOCK_TOPICS = f"""
-UPDATE kafka_topic_info i
+UPDATE kafka_topic_info t
 SET locked_by = %(token)s, locked_at = now() AT TIME ZONE 'UTC'
-WHERE topic = ANY(%(topics)s::varchar[])
-  AND (
-        (locked_by IS NULL AND NOT {IN_BACKOFF})
-     OR (locked_by IS NOT NULL AND NOT coalesce({live_lock("i.locked_by")}, false))
-  )
-RETURNING topic
+FROM (
+    SELECT i.topic FROM kafka_topic_info i
+    WHERE i.topic = ANY(%(topics)s::varchar[])
+      AND (
+            (i.locked_by IS NULL AND NOT {IN_BACKOFF})
+         OR (i.locked_by IS NOT NULL AND NOT coalesce({live_lock("i.locked_by")}, false))
+      )
+    FOR UPDATE OF i SKIP LOCKED
+) free
+WHERE t.topic = free.topic
+RETURNING t.topic
 """
 
 # A lock that lapsed is never renewed, even if nobody took it yet: the batch body may

@@ -24,10 +24,10 @@ from tests.integration.process import write_profile
 
 # What a frozen relay logs once it runs again after another took its lock. Frozen
 # mid-write, its heartbeat finds the lock lost. Frozen just after the write, inside its
-# delete's transaction, it held the topic's row: the thief waited (its statements timed
-# out) until the server ended that idle transaction, took the lock after it, and the
-# resumed relay found its delete failed: its rows stay and are sent again (clean-clone CI
-# runs froze it there in scenarios 5 and 13).
+# delete's transaction, it held the topic's row: the thief skipped that topic until the
+# server ended that idle transaction (postgres.idle_in_transaction_timeout_ms, below the
+# lock timeout), took the lock after it, and the resumed relay found its delete failed:
+# its rows stay and are sent again (clean-clone CI runs froze it there in scenarios 5 and 13).
 SAW_IT = ("lock lost", "but its delete failed")
 REPO = Path(__file__).resolve().parents[2]
 

@@ -75,9 +75,12 @@ def test_a_relay_frozen_within_the_lock_timeout_keeps_its_lock(
     topic = unique("frozen")
     create_topics(stack.kafka_bootstrap, {topic: 2})
     lock_timeout, beat, freeze_s = 20.0, 1.0, 8.0
+    # Frozen inside its delete's transaction, it keeps that transaction as long as the
+    # server lets it idle: here, as long as the lock timeout allows (unset, half of it).
     base = relay_config(fault_db, stack.kafka_bootstrap, tmp_path, topics=[topic],
                         relay={"batch_size": 3000, "lock_timeout_s": lock_timeout,
-                               "heartbeat_interval_s": beat})
+                               "heartbeat_interval_s": beat},
+                        postgres={"idle_in_transaction_timeout_ms": int(lock_timeout * 950)})
     names = {"a": "fault-frozen-a", "b": "fault-frozen-b"}
     outbox = Outbox(fault_db)
     with relays() as started:

@@ -128,17 +128,24 @@ def test_default_timeouts_fit_the_lock_timeout() -> None:
     config = build_config({}, env={})
     lock_ms = config.relay.lock_timeout_s * 1000
     assert 0 < config.postgres.statement_timeout_ms < lock_ms
+    assert 0 < config.postgres.idle_in_transaction_timeout_ms < lock_ms
     assert config.relay.heartbeat_interval_s * 3 <= config.relay.lock_timeout_s
 
 
 def test_local_profile_timeouts_fit_the_lock_timeout() -> None:
     config = load_config(REPO / "conf" / "local.toml", env=STACK_ADDRESSES)
     assert config.postgres.statement_timeout_ms < config.relay.lock_timeout_s * 1000
+    assert config.postgres.idle_in_transaction_timeout_ms < config.relay.lock_timeout_s * 1000
 
 
-def test_unset_statement_timeout_follows_a_short_lock_timeout() -> None:
+def test_unset_control_timeouts_follow_a_short_lock_timeout() -> None:
     config = build_config({"relay": {"lock_timeout_s": 6, "heartbeat_interval_s": 2}}, env={})
     assert config.postgres.statement_timeout_ms == 3000
+    assert config.postgres.idle_in_transaction_timeout_ms == 3000
+    kept = build_config({"relay": {"lock_timeout_s": 6, "heartbeat_interval_s": 2},
+                         "postgres": {"idle_in_transaction_timeout_ms": 5000}}, env={})
+    assert (kept.postgres.idle_in_transaction_timeout_ms, kept.postgres.statement_timeout_ms) \
+        == (5000, 3000)
 
 
 @pytest.mark.parametrize(
@@ -149,6 +156,10 @@ def test_unset_statement_timeout_follows_a_short_lock_timeout() -> None:
         ({"postgres": {"statement_timeout_ms": 55_000}},
          ("postgres.statement_timeout_ms", "relay.heartbeat_interval_s")),
         ({"postgres": {"statement_timeout_ms": 0}}, ("postgres.statement_timeout_ms",)),
+        ({"postgres": {"idle_in_transaction_timeout_ms": 60_000}},
+         ("postgres.idle_in_transaction_timeout_ms", "relay.lock_timeout_s")),
+        ({"postgres": {"idle_in_transaction_timeout_ms": 0}},
+         ("postgres.idle_in_transaction_timeout_ms", "above 0")),
         ({"relay": {"heartbeat_interval_s": 30}},
          ("relay.heartbeat_interval_s", "relay.lock_timeout_s")),
         ({"relay": {"lock_timeout_s": 10}},
