@@ -5,71 +5,18 @@ which suits the sink's small batches, but it walks each key byte by byte through
 interpreted higher-order functions: on a ledger copy of 240,000 rows it took 2.8 of the
 copy's 4.4 s on an idle machine, and 6-19 s copies beside W2's rounds pushed their p99
 up (reports/performance-history.md, W2C and SOAK). Here numpy hashes a batch one 4-byte block
-position at a time across all its keys: 240,000 keys in about 30 ms. A Spark test pins it to the
-expression and the pure-Python reference, which the contract tests pin to the real clients.
+position at a time across all its keys (outbox_relay.rules.murmur2_bulk): 240,000 keys in
+about 30 ms.
 """
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-import numpy as np
-import numpy.typing as npt
-import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql.pandas.functions import arrow_udf
 
-from outbox_relay.rules.partitioners import SEED, M
-
-_M = np.uint32(M)
-
-
-def murmur2_array(keys: pa.Array) -> npt.NDArray[np.uint32]:
-    """Kafka's murmur2 of each value of a binary Arrow array, unsigned (0 where null).
-
-    uint32 arithmetic in numpy wraps modulo 2**32, as Java's int does.
-    """
-    keys = keys.cast(pa.large_binary())
-    n = len(keys)
-    _, offsets_buf, data_buf = keys.buffers()
-    if offsets_buf is None:  # an empty array
-        return np.zeros(n, dtype=np.uint32)
-    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[keys.offset : keys.offset + n + 1]
-    data = (np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None
-            else np.zeros(0, dtype=np.uint8)).astype(np.uint32)
-    starts = offsets[:-1]
-    lengths = offsets[1:] - starts
-    h = np.uint32(SEED) ^ lengths.astype(np.uint32)
-    blocks = lengths // 4
-    for j in range(int(blocks.max(initial=0))):
-        rows = np.flatnonzero(blocks > j)
-        at = starts[rows] + 4 * j
-        k = data[at] | (data[at + 1] << 8) | (data[at + 2] << 16) | (data[at + 3] << 24)
-        k = k * _M
-        k ^= k >> np.uint32(24)
-        k = k * _M
-        h[rows] = (h[rows] * _M) ^ k
-    rem = lengths % 4
-    tail = starts + blocks * 4
-    for extra, shift in ((3, 16), (2, 8)):
-        rows = np.flatnonzero(rem >= extra)
-        h[rows] ^= data[tail[rows] + extra - 1] << np.uint32(shift)
-    rows = np.flatnonzero(rem >= 1)
-    h[rows] = (h[rows] ^ data[tail[rows]]) * _M
-    h ^= h >> np.uint32(13)
-    h = h * _M
-    h ^= h >> np.uint32(15)
-    return h
-
-
-def murmur2_partitions(keys: pa.Array, partitions: pa.Array) -> pa.Array:
-    """The murmur2 partition of each key among its row's partition count, as int32; null
-    where the key or the count is null, or the count is not positive."""
-    counts = partitions.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
-    known = keys.is_valid().to_numpy(zero_copy_only=False) & (counts > 0)
-    hashed = (murmur2_array(keys) & np.uint32(0x7FFFFFFF)).astype(np.int64)
-    partition = hashed % np.where(known, counts, 1)
-    return pa.array(partition.astype(np.int32), type=pa.int32(), mask=~known)
+from outbox_relay.rules.murmur2_bulk import murmur2_partitions
 
 
 def murmur2_partition_col(key: Column, partitions: Column) -> Column:

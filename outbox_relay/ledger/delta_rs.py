@@ -24,9 +24,9 @@ import numpy as np
 import pyarrow as pa
 
 from outbox_relay.control.db import Database
-from outbox_relay.data.partitioning_arrow import murmur2_partitions
 from outbox_relay.errors import RelayError
 from outbox_relay.ledger.delta_read import columns_of, open_table, query, table_uri
+from outbox_relay.rules.murmur2_bulk import murmur2_partitions
 from outbox_relay.rules.partitioners import partition_for
 
 if TYPE_CHECKING:

@@ -2,7 +2,8 @@
 (outbox_relay.data.records.to_kafka_records) on the same tiny inline rows: key, value,
 headers in order, and partition, byte for byte, for every key shape, user headers in
 jsonb's order, tombstones, CloudEvents topics with and without a default type, both
-partitioners, and created_at texts with every fraction length."""
+partitioners, and created_at texts with every fraction length; and a write of enough
+distinct keys that the direct lane hashes them with numpy (BULK_MIN_KEYS)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from outbox_relay.data.records import to_kafka_records
-from outbox_relay.direct.records import ClaimedRow, iso_utc, to_records
+from outbox_relay.direct.records import BULK_MIN_KEYS, ClaimedRow, iso_utc, to_records
+from outbox_relay.rules.partitioners import partitioning_key
 
 pytestmark = pytest.mark.spark
 
@@ -41,9 +43,29 @@ def _rows() -> list[ClaimedRow]:
     return rows
 
 
-@pytest.mark.parametrize("partitioner", ["murmur2", "crc32"])
-def test_both_lanes_make_the_same_records(spark: SparkSession, partitioner: str) -> None:
+def _bulk_rows() -> list[ClaimedRow]:
+    """The shapes of _rows, and distinct keys of every length 0-40, text and binary, as
+    key or as partition_key, among the same partition counts."""
     rows = _rows()
+    n = rows[-1].id
+    for i in range(3 * BULK_MIN_KEYS):
+        n += 1
+        raw = bytes((i * 7 + j * 13) % 256 for j in range(i % 41))
+        key, pkey = ((raw, None) if i % 3 == 0 else (b"k", f"pk-{i}-" + "é" * (i % 9))
+                     if i % 3 == 1 else (None, f"only-{i}"))
+        topic, count = (("t", 4), ("ce", 3), ("ce-own", 5), ("unknown-count", None))[i % 4]
+        rows.append(ClaimedRow(n, topic, f"v{n}".encode(), key, pkey,
+                               "2026-01-02 03:04:05.25", None, count))
+    keys = {partitioning_key(r.partition_key, r.key) for r in rows}
+    assert len(keys) >= BULK_MIN_KEYS, "enough distinct keys for the bulk hash"
+    return rows
+
+
+@pytest.mark.parametrize("partitioner", ["murmur2", "crc32"])
+@pytest.mark.parametrize("size", ["small", "bulk"])
+def test_both_lanes_make_the_same_records(spark: SparkSession, partitioner: str,
+                                          size: str) -> None:
+    rows = _rows() if size == "small" else _bulk_rows()
     df = spark.createDataFrame(
         [(r.id, r.topic, r.message, r.key, r.partition_key, r.created_at, r.headers,
           r.partition_count) for r in rows], SCHEMA)

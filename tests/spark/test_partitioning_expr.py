@@ -17,11 +17,8 @@ from outbox_relay.data.partitioning import (
     partitioning_key,
     partitioning_key_col,
 )
-from outbox_relay.data.partitioning_arrow import (
-    murmur2_array,
-    murmur2_partition_col,
-    murmur2_partitions,
-)
+from outbox_relay.data.partitioning_arrow import murmur2_partition_col
+from outbox_relay.rules.murmur2_bulk import murmur2_array, murmur2_partitions
 
 pytestmark = pytest.mark.spark
 
