@@ -25,8 +25,8 @@ Header = tuple[str, bytes]
 # PostgreSQL's text of a `timestamp without time zone` (ISO DateStyle): the fraction's
 # trailing zeros are dropped, and a whole second has none.
 _PG_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?$")
-# Distinct keys a write needs before its partitions are hashed by numpy (_bulk_partitions).
-BULK_MIN_KEYS = 256
+# Rows a write needs before its partitions are hashed by numpy (_murmur2_partitions).
+BULK_MIN_ROWS = 256
 
 
 # Tuples, not frozen dataclasses: the lane makes two per row, and a frozen dataclass's
@@ -84,16 +84,17 @@ def _cloudevent_headers(row: ClaimedRow, source: bytes, created: bytes,
 
 
 def _maker(source_name: str, header_prefix: str, partitioner: Partitioner,
-           cloudevents: Mapping[str, str | None],
-           partitions: dict[tuple[bytes, int], int]) -> Callable[[ClaimedRow], Record]:
-    """A row's record, with what every row of a write shares worked out once: the
-    reserved headers' names, the source's bytes, each partitioning key's partition
-    (`partitions`, filled as keys come; keys repeat) and each creation time's text (the
-    rows of one transaction share it)."""
+           cloudevents: Mapping[str, str | None]
+           ) -> Callable[[ClaimedRow, int | None], Record]:
+    """A row's record, given its partition if already known, with what every row of a
+    write shares worked out once: the reserved headers' names, the source's bytes, each
+    partitioning key's partition (keys repeat) and each creation time's text (the rows
+    of one transaction share it)."""
     id_name, source_header = header_prefix + HEADER_ID, header_prefix + HEADER_SOURCE
     created_name = header_prefix + HEADER_CREATED_AT
     source = source_name.encode()
     created_texts: dict[str, bytes] = {}
+    partitions: dict[tuple[bytes, int], int] = {}
 
     def partition(row: ClaimedRow) -> int | None:
         count = row.partition_count
@@ -107,7 +108,7 @@ def _maker(source_name: str, header_prefix: str, partitioner: Partitioner,
             found = partitions[pkey, count] = partition_for(partitioner, pkey, count)
         return found
 
-    def make(row: ClaimedRow) -> Record:
+    def make(row: ClaimedRow, known: int | None) -> Record:
         created = created_texts.get(row.created_at)
         if created is None:
             created = created_texts[row.created_at] = iso_utc(row.created_at).encode()
@@ -119,7 +120,8 @@ def _maker(source_name: str, header_prefix: str, partitioner: Partitioner,
                 headers += _cloudevent_headers(row, source, created, cloudevents[row.topic],
                                                own)
             headers += [(name, value.encode()) for name, value in own.items()]
-        return Record(row.id, row.topic, row.key, row.message, headers, partition(row))
+        return Record(row.id, row.topic, row.key, row.message, headers,
+                      partition(row) if known is None else known)
 
     return make
 
@@ -129,28 +131,23 @@ def to_records(rows: Sequence[ClaimedRow], *, source_name: str, header_prefix: s
                cloudevents: Mapping[str, str | None]) -> list[Record]:
     """The records of `rows`, in order; `cloudevents` maps each CloudEvents topic to its
     rule's default ce_type (None: the row's own only)."""
-    make = _maker(source_name, header_prefix, partitioner, cloudevents,
-                  _bulk_partitions(rows) if partitioner == "murmur2" else {})
-    return [make(r) for r in rows]
+    make = _maker(source_name, header_prefix, partitioner, cloudevents)
+    if partitioner == "murmur2" and len(rows) >= BULK_MIN_ROWS:
+        return [make(r, p) for r, p in zip(rows, _murmur2_partitions(rows), strict=True)]
+    return [make(r, None) for r in rows]
 
 
-def _bulk_partitions(rows: Sequence[ClaimedRow]) -> dict[tuple[bytes, int], int]:
-    """The murmur2 partitions of a write's distinct keys, hashed by numpy at once: one
-    Python murmur2 a key cost the lane a sixth of its time when a write's keys were
-    mostly distinct. Empty below BULK_MIN_KEYS: numpy's fixed costs, and its import
-    (kept off a first message's path), outweigh it there."""
-    if len(rows) < BULK_MIN_KEYS:
-        return {}
-    wanted = {(pkey, count) for r in rows
-              if (count := r.partition_count) is not None and count > 0
-              and (pkey := partitioning_key(r.partition_key, r.key)) is not None}
-    if len(wanted) < BULK_MIN_KEYS:
-        return {}
+def _murmur2_partitions(rows: Sequence[ClaimedRow]) -> list[int | None]:
+    """Each keyed row's murmur2 partition among its positive partition count, hashed by
+    numpy at once (None for the others, whose record finds its own): one Python murmur2
+    a key cost the lane a sixth of its time when a write's keys were mostly distinct.
+    Only from BULK_MIN_ROWS rows: numpy's fixed costs, and its import (kept off a first
+    message's path), outweigh it below."""
     import pyarrow as pa  # here, not at the top: see above
 
     from outbox_relay.rules.murmur2_bulk import murmur2_partitions
 
-    pairs = list(wanted)
-    got = murmur2_partitions(pa.array([k for k, _ in pairs], pa.binary()),
-                             pa.array([c for _, c in pairs], pa.int64()))
-    return dict(zip(pairs, got.to_pylist(), strict=True))
+    keys = pa.array([partitioning_key(r.partition_key, r.key) for r in rows], pa.binary())
+    counts = pa.array([r.partition_count for r in rows], pa.int64())
+    partitions: list[int | None] = murmur2_partitions(keys, counts).to_pylist()
+    return partitions

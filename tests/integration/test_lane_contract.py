@@ -23,7 +23,7 @@ from outbox_relay.data.plan import RecordPlan
 from outbox_relay.data.sink import write_records
 from outbox_relay.direct.producer import producer_config
 from outbox_relay.direct.read import read_batch
-from outbox_relay.direct.records import BULK_MIN_KEYS, to_records
+from outbox_relay.direct.records import BULK_MIN_ROWS, to_records
 from outbox_relay.direct.send import Sender
 from outbox_relay.rules.cloudevent_topics import TopicFlags, default_types
 from outbox_relay.rules.topic_rules import rule_for
@@ -40,12 +40,12 @@ TOKEN = "lane-contract@test"
 def _rows(topics: list[str], typed: str) -> list[Msg]:
     """Every key shape; user headers with trace context, a row's own ce_type, or none
     (`typed`, the CloudEvents topic without a default type, needs a type on every row);
-    and enough distinct keys, as key or as partition_key, that the direct lane hashes
-    them with numpy (BULK_MIN_KEYS)."""
+    and enough rows of distinct keys, as key or as partition_key, that the direct lane
+    hashes them with numpy (BULK_MIN_ROWS)."""
     rows = every_key_shape(topics, 24)
     rows += [Msg(topics[i % len(topics)], f"order-{i}".encode() if i % 2 else b"k",
                  f"bulk-{i}".encode(), None if i % 2 else f"pk-ü-{i}")
-             for i in range(2 * BULK_MIN_KEYS)]
+             for i in range(2 * BULK_MIN_ROWS)]
     traced = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
               "app": "shop ✓"}
     out = []

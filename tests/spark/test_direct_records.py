@@ -3,7 +3,7 @@
 headers in order, and partition, byte for byte, for every key shape, user headers in
 jsonb's order, tombstones, CloudEvents topics with and without a default type, both
 partitioners, and created_at texts with every fraction length; and a write of enough
-distinct keys that the direct lane hashes them with numpy (BULK_MIN_KEYS)."""
+rows that the direct lane hashes their keys with numpy (BULK_MIN_ROWS)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from outbox_relay.data.records import to_kafka_records
-from outbox_relay.direct.records import BULK_MIN_KEYS, ClaimedRow, iso_utc, to_records
+from outbox_relay.direct.records import BULK_MIN_ROWS, ClaimedRow, iso_utc, to_records
 from outbox_relay.rules.partitioners import partitioning_key
 
 pytestmark = pytest.mark.spark
@@ -48,7 +48,7 @@ def _bulk_rows() -> list[ClaimedRow]:
     key or as partition_key, among the same partition counts."""
     rows = _rows()
     n = rows[-1].id
-    for i in range(3 * BULK_MIN_KEYS):
+    for i in range(3 * BULK_MIN_ROWS):
         n += 1
         raw = bytes((i * 7 + j * 13) % 256 for j in range(i % 41))
         key, pkey = ((raw, None) if i % 3 == 0 else (b"k", f"pk-{i}-" + "é" * (i % 9))
@@ -57,7 +57,7 @@ def _bulk_rows() -> list[ClaimedRow]:
         rows.append(ClaimedRow(n, topic, f"v{n}".encode(), key, pkey,
                                "2026-01-02 03:04:05.25", None, count))
     keys = {partitioning_key(r.partition_key, r.key) for r in rows}
-    assert len(keys) >= BULK_MIN_KEYS, "enough distinct keys for the bulk hash"
+    assert len(rows) >= BULK_MIN_ROWS and len(keys) >= BULK_MIN_ROWS, "a bulk write"
     return rows
 
 
