@@ -12,9 +12,13 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from outbox_relay.rules.partitioners import SEED, M
+from outbox_relay.rules.partitioners import SEED, M, murmur2
 
 _M = np.uint32(M)
+# Keys longer than this are hashed one at a time by the Python murmur2: the numpy loop
+# runs once per 4-byte block of the longest key, over every key, and a 1 MB key (Kafka
+# allows one) would make a write of 5,000 keys hash 262,144 times over.
+LONG_KEY_BYTES = 1024
 
 
 def murmur2_array(keys: pa.Array) -> npt.NDArray[np.uint32]:
@@ -33,7 +37,8 @@ def murmur2_array(keys: pa.Array) -> npt.NDArray[np.uint32]:
     starts = offsets[:-1]
     lengths = offsets[1:] - starts
     h = np.uint32(SEED) ^ lengths.astype(np.uint32)
-    blocks = lengths // 4
+    long = np.flatnonzero(lengths > LONG_KEY_BYTES)
+    blocks = np.where(lengths > LONG_KEY_BYTES, 0, lengths // 4)
     for j in range(int(blocks.max(initial=0))):
         rows = np.flatnonzero(blocks > j)
         at = starts[rows] + 4 * j
@@ -52,6 +57,10 @@ def murmur2_array(keys: pa.Array) -> npt.NDArray[np.uint32]:
     h ^= h >> np.uint32(13)
     h = h * _M
     h ^= h >> np.uint32(15)
+    for i in long:
+        h[i] = murmur2(keys[int(i)].as_py())
+    if keys.null_count:
+        h[~keys.is_valid().to_numpy(zero_copy_only=False)] = 0
     return h
 
 
