@@ -141,9 +141,10 @@ def _murmur2_partitions(rows: Sequence[ClaimedRow]) -> list[int | None]:
     """Each keyed row's murmur2 partition among its positive partition count, hashed by
     numpy at once (None for the others, whose record finds its own): one Python murmur2
     a key cost the lane a sixth of its time when a write's keys were mostly distinct.
-    Only from BULK_MIN_ROWS rows: numpy's fixed costs, and its import (kept off a first
-    message's path), outweigh it below."""
-    import pyarrow as pa  # here, not at the top: see above
+    Only from BULK_MIN_ROWS rows: numpy's fixed costs outweigh it below."""
+    # Imported here so that this module alone needs neither; a relay has both loaded
+    # from its start (the ledger's delta-rs writer, through outbox_relay.wiring).
+    import pyarrow as pa
 
     from outbox_relay.rules.murmur2_bulk import murmur2_partitions
 
