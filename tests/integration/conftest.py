@@ -21,6 +21,7 @@ from outbox_relay.stream.runner import RunResult, run
 from outbox_relay.stream.stop import StopSignal
 from outbox_relay.wiring import Relay, build_relay
 from tests.integration.many import Databases
+from tests.integration.parties import Party
 from tests.integration.prometheus import running_pushgateway
 from tests.integration.wheel import build_wheel
 
@@ -163,3 +164,13 @@ def pushgateway(tmp_path: Path) -> Iterator[str]:
     """A real Pushgateway on a free port of 127.0.0.1: its address."""
     with running_pushgateway(tmp_path) as address:
         yield address
+
+
+@pytest.fixture
+def parties(config: Config) -> Iterator[tuple[Party, Party]]:
+    """Two relays' control planes (tests/integration/parties.py) under the requesting
+    module's `config` fixture, closed after the test."""
+    a, b = Party(config, "relay-a"), Party(config, "relay-b")
+    yield a, b
+    a.close()
+    b.close()

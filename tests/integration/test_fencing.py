@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,14 +32,6 @@ def topic() -> str:
 @pytest.fixture
 def config(make_config: ConfigFactory, topic: str) -> Config:
     return make_config([topic])
-
-
-@pytest.fixture
-def parties(config: Config) -> Iterator[tuple[Party, Party]]:
-    a, b = Party(config, "relay-a"), Party(config, "relay-b")
-    yield a, b
-    a.close()
-    b.close()
 
 
 def _outbox(url: str, topic: str, n: int = 3) -> list[int]:

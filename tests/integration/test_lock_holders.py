@@ -43,14 +43,6 @@ def config(make_config: ConfigFactory, topic: str) -> Config:
 
 
 @pytest.fixture
-def parties(config: Config) -> Iterator[tuple[Party, Party]]:
-    a, b = Party(config, "relay-a"), Party(config, "relay-b")
-    yield a, b
-    a.close()
-    b.close()
-
-
-@pytest.fixture
 def holders(config: Config) -> Iterator[list[Liveness]]:
     made: list[Liveness] = []
     yield made

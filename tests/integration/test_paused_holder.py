@@ -11,8 +11,6 @@ on the row, and the whole round with it, for the old 60 s idle timeout.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import psycopg2
 import pytest
 
@@ -35,14 +33,6 @@ def topics() -> list[str]:
 @pytest.fixture
 def config(make_config: ConfigFactory, topics: list[str]) -> Config:
     return make_config(topics, relay={"lock_timeout_s": 20, "heartbeat_interval_s": 2})
-
-
-@pytest.fixture
-def parties(config: Config) -> Iterator[tuple[Party, Party]]:
-    a, b = Party(config, "paused-a"), Party(config, "paused-b")
-    yield a, b
-    a.close()
-    b.close()
 
 
 def test_a_rival_skips_a_paused_holders_topic_and_takes_it_once_the_server_ends_the_pause(

@@ -9,7 +9,6 @@ under one partition_key, a binary key that is not UTF-8, a NULL key.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -31,14 +30,6 @@ BINARY = b"\xff\xfe\x80"
 @pytest.fixture
 def config(make_config: ConfigFactory) -> Config:
     return make_config()
-
-
-@pytest.fixture
-def parties(config: Config) -> Iterator[tuple[Party, Party]]:
-    a, b = Party(config, "relay-a"), Party(config, "relay-b")
-    yield a, b
-    a.close()
-    b.close()
 
 
 def _claim(party: Party, topic: str, max_bytes: int = 10**6) -> Claim:
