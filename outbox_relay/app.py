@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, TextIO
 
 from outbox_relay.errors import ConfigError, exit_code_of, first_line, logged_exit_code
 from outbox_relay.exit_codes import ExitCode
-from outbox_relay.launch.collector import tune_collector
 from outbox_relay.launch.extras import require_relay_extra, require_spark_extra
+from outbox_relay.launch.interpreter import prefer_installed_pyspark, tune_collector
 from outbox_relay.launch.launcher import announce_ready
 from outbox_relay.launch.spark_jars import (
     cached_jars,
@@ -206,6 +206,7 @@ def _with_time_budget(config: Config, seconds: float | None) -> Config:
 def main(argv: Sequence[str] | None = None) -> int:
     launched = time.monotonic()  # a drain's time budget counts from here
     tune_collector()
+    prefer_installed_pyspark()
     args = parser().parse_args(argv)
     if args.time_budget_s is not None and not args.available_now:
         parser().error("--time-budget-s bounds a drain: it needs --available-now")
