@@ -140,7 +140,7 @@ def latency_run(stack: Stack, work: Path, name: str, case: Case) -> dict[str, An
     topic = f"bench.{name.lower()}-{uuid.uuid4().hex[:6]}"
     stack.create_topics([topic], PARTITIONS)
     try:
-        with databases(stack, case.databases) as (relayed, urls):
+        with databases(stack, work, case.databases) as (relayed, urls):
             result = _run(relayed, work, name, case, topic, urls)
     finally:
         stack.forget([topic])

@@ -37,11 +37,22 @@ DATABASES = 8
 TOPICS_PER_DATABASE, PARTITIONS = 2, 3
 
 
+def relaying(stack: Stack, work: Path, entries: list[dict[str, str]]) -> Stack:
+    """The stack whose env gives the relay `entries` as `RELAY_DATABASES`, with a ledger
+    and checkpoint of its own under `work`: each database's go under those paths by its
+    name (db0, ...), and under the shipped profile's paths they would sit where `make
+    demo`'s one database keeps its ledger, which then is no Delta table."""
+    own = work / f"many-{uuid.uuid4().hex[:6]}"
+    return replace(stack, env={**stack.env, "RELAY_DATABASES": json.dumps(entries),
+                               "RELAY_LEDGER__PATH": str(own / "ledger"),
+                               "RELAY_RELAY__CHECKPOINT_PATH": str(own / "checkpoint")})
+
+
 @contextlib.contextmanager
-def databases(stack: Stack, n: int) -> Iterator[tuple[Stack, list[str]]]:
+def databases(stack: Stack, work: Path, n: int) -> Iterator[tuple[Stack, list[str]]]:
     """With n > 0: n new databases of the stack and one more that is down (a port where
-    nothing listens), all given to the relay as `RELAY_DATABASES`; the stack whose env
-    says so, and the URLs of the n. With 0: the stack as it is, and its database."""
+    nothing listens), all given to the relay (`relaying`); the stack that says so, and the
+    URLs of the n. With 0: the stack as it is, and its database."""
     if not n:
         yield stack, [stack.url]
         return
@@ -50,7 +61,7 @@ def databases(stack: Stack, n: int) -> Iterator[tuple[Stack, list[str]]]:
         down = f"postgresql://postgres@127.0.0.1:{free_port()}/down"
         entries = [*({"name": f"db{i}", "url": url} for i, url in enumerate(urls)),
                    {"name": "down", "url": down}]
-        yield replace(stack, env={**stack.env, "RELAY_DATABASES": json.dumps(entries)}), urls
+        yield relaying(stack, work, entries), urls
 
 
 def many(stack: Stack, work: Path, rows: int) -> dict[str, Any]:
@@ -100,8 +111,7 @@ def _launch(stack: Stack, work: Path, who: str, urls: list[str],
             label: str) -> list[subprocess.Popen[bytes]]:
     if who == RELAY:
         databases = [{"name": f"db{i}", "url": url} for i, url in enumerate(urls)]
-        env = {**stack.env, "RELAY_DATABASES": json.dumps(databases)}
-        return [contenders.relay(replace(stack, env=env), "--available-now",
+        return [contenders.relay(relaying(stack, work, databases), "--available-now",
                                  log_path=work / f"{label}.log")]
     return [contenders.peer(replace(stack, url=url), "--drain",
                             log_path=work / f"{label}-{i}.log") for i, url in enumerate(urls)]
