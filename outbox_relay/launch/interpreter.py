@@ -1,15 +1,15 @@
 """The relay process's interpreter, set up before anything else runs: its cyclic garbage
-collector tuned for its rounds, and pyspark imported with cached bytecode.
+collector tuned for its rounds, and pyspark imported with cached bytecode
+(docs/performance.md, "The relay's interpreter").
 
-The collector. A write of the direct lane makes some 25,000 container objects (each row's tuple from
-psycopg2, its record, its header list and tuples), and the driver holds two writes of
-every database it relays at once (outbox_relay.stream.direct_lane). At Python's default
-threshold (a young collection every 700 net allocations) the collector ran dozens of
-times a write, each time walking the records still held: on eight databases it took a
-third of the interpreter's time, and that interpreter is what eight databases share
-(docs/performance.md, "The collector"). The relay makes few reference cycles, so young
-collections every GEN0_THRESHOLD allocations still free them, with little memory
-waiting.
+The collector: a write of the direct lane makes some 25,000 container objects (each
+row's tuple from psycopg2, its record, its header list and tuples), and the driver holds
+two writes of every database it relays at once (outbox_relay.stream.direct_lane). At
+Python's default threshold (a young collection every 700 net allocations) the collector
+ran dozens of times a write, each time walking the records still held: on eight
+databases it took a third of the interpreter's time, and that interpreter is what eight
+databases share. The relay makes few reference cycles, so young collections every
+GEN0_THRESHOLD allocations still free them, with little memory waiting.
 """
 
 from __future__ import annotations
