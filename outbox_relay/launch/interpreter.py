@@ -54,6 +54,8 @@ def prefer_installed_pyspark(path: list[str] | None = None,
 def _installed_twin(entry: Path, version: Callable[[str], str]) -> bool:
     if entry.suffix != ".zip" or entry.parent.parts[-2:] != ("python", "lib"):
         return False
+    # By layout, not by spark_jars.spark_home() or own_spark_conf_dir(): both may import
+    # pyspark, which here would load it from the very zip this decides on.
     package = entry.parent.parent.parent  # $SPARK_HOME: pip's pyspark package, or not
     if package.name != "pyspark" or not (package / "__init__.py").is_file():
         return False
