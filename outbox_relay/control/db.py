@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import select
 import time
@@ -127,17 +128,32 @@ class Database:
 
     def _read(self, statement: str, params: Params,
               factory: type[psycopg2.extensions.cursor]) -> list[Any]:
+        with self._autocommitted() as conn, conn.cursor(cursor_factory=factory) as cur:
+            cur.execute(statement, params)
+            return cur.fetchall() if cur.description else []
+
+    def copy_out(self, statement: str, params: Params = None) -> tuple[bytes, str]:
+        """The rows of one read-only statement in PostgreSQL's binary COPY format
+        (outbox_relay.direct.copy_format), run on its own as `read`, and the Python codec
+        of their text (the connection's client encoding). COPY takes no bind parameters:
+        the statement is bound by psycopg2's mogrify, the quoting its `execute` uses."""
+        with self._autocommitted() as conn, conn.cursor() as cur:
+            query = cur.mogrify(statement, params)
+            out = io.BytesIO()
+            cur.copy_expert(b"COPY (" + query + b") TO STDOUT (FORMAT binary)", out)
+            return out.getvalue(), psycopg2.extensions.encodings[conn.encoding]
+
+    @contextmanager
+    def _autocommitted(self) -> Iterator[psycopg2.extensions.connection]:
+        """The connection in autocommit for one statement, driver errors translated."""
         conn = self._connection()
         with self._translated(conn):
             conn.autocommit = True
             try:
-                with conn.cursor(cursor_factory=factory) as cur:
-                    cur.execute(statement, params)
-                    return cur.fetchall() if cur.description else []
+                yield conn
             finally:
                 if not conn.closed:
                     conn.autocommit = False
-        raise AssertionError("unreachable")
 
     @contextmanager
     def _translated(self, conn: psycopg2.extensions.connection) -> Iterator[None]:

@@ -15,26 +15,22 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from outbox_relay.config import Config
-from outbox_relay.control.claims import Claims, TopicLimits
 from outbox_relay.control.db import Database
-from outbox_relay.control.locks import Backoff, TopicLocks
 from outbox_relay.data.plan import RecordPlan
 from outbox_relay.data.sink import write_records
 from outbox_relay.direct.producer import producer_config
 from outbox_relay.direct.read import read_batch
 from outbox_relay.direct.records import BULK_MIN_ROWS, to_records
 from outbox_relay.direct.send import Sender
-from outbox_relay.rules.cloudevent_topics import TopicFlags, default_types
-from outbox_relay.rules.topic_rules import rule_for
+from outbox_relay.rules.cloudevent_topics import default_types
 from outbox_relay.stack import StackInfo
+from tests.integration.claiming import TOKEN, claim_all
 from tests.integration.conftest import ConfigFactory
 from tests.integration.helpers import Msg, consume, create_topics, every_key_shape, insert, unique
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 5
-TOKEN = "lane-contract@test"
 
 
 def _rows(topics: list[str], typed: str) -> list[Msg]:
@@ -58,27 +54,6 @@ def _rows(topics: list[str], typed: str) -> list[Msg]:
     return out
 
 
-def _claim(config: Config, topics: list[str]) -> int:
-    """One batch of every topic's rows, claimed as a round claims it."""
-    db = Database(config.postgres)
-    try:
-        locks = TopicLocks(db, TOKEN, 60, Backoff(1, 2))
-        assert locks.acquire(topics) == sorted(topics)
-        claims = Claims(db, TOKEN, 60, config.relay.header_prefix, config.relay.source_name)
-        limits = [TopicLimits(t, 1_000_000, compact=False, partitions=PARTITIONS,
-                              partitioner=config.relay.partitioner,
-                              flags=TopicFlags.of(rule_for(config.relay.topic_rules, t)))
-                  for t in topics]
-        db.execute("UPDATE kafka_topic_info SET partition_count = %s WHERE topic = ANY(%s)",
-                   (PARTITIONS, topics))
-        batch = claims.claim(limits, 10_000, 10**9)
-        assert batch.batch_id is not None
-        assert all(c.rows and c.bad_id is None for c in batch.claims), batch.claims
-        return batch.batch_id
-    finally:
-        db.close()
-
-
 def test_both_lanes_send_identical_records(
     stack: StackInfo, migrated_url: str, make_config: ConfigFactory, spark: SparkSession,
 ) -> None:
@@ -88,7 +63,7 @@ def test_both_lanes_send_identical_records(
         {"match": re.escape(ce_default), "cloudevents": True, "event_type": "order.placed"},
         {"match": re.escape(ce_own), "cloudevents": True}]})
     insert(migrated_url, [[m] for m in _rows(topics, ce_own)])
-    batch_id = _claim(config, topics)
+    batch_id = claim_all(config, topics, dict.fromkeys(topics, PARTITIONS))
     via_spark = {t: unique("via-spark") for t in topics}
     via_driver = {t: unique("via-driver") for t in topics}
     create_topics(stack.kafka_bootstrap, dict.fromkeys([*via_spark.values(),
