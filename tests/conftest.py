@@ -45,17 +45,25 @@ def stack(spark_defaults: None) -> Iterator[StackInfo]:
         outbox_relay.stack.down()
 
 
-# The time of each tier (tests/<tier>/...), setup and teardown included, for CI's log:
-# the suite must fit its budget, and this says which tier to trim.
+# The time of each tier (tests/<tier>/...) and of its slowest files, setup and teardown
+# included, for CI's log: the suite must fit its budget, and this says what to trim.
 _TIER_SECONDS: defaultdict[str, float] = defaultdict(float)
+_FILE_SECONDS: defaultdict[str, float] = defaultdict(float)
+_SLOWEST_FILES = 30
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    parts = report.nodeid.split("/")
+    path = report.nodeid.split("::")[0]
+    parts = path.split("/")
     _TIER_SECONDS[parts[1] if len(parts) > 2 else parts[0]] += report.duration
+    _FILE_SECONDS[path] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_sep("-", "time per tier")
     for tier, seconds in sorted(_TIER_SECONDS.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{tier}: {seconds:.0f} s")
+    terminalreporter.write_sep("-", f"time of the {_SLOWEST_FILES} slowest files")
+    slowest = sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:_SLOWEST_FILES]
+    for path, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:7.0f} s  {path}")
