@@ -24,6 +24,16 @@ log = logging.getLogger(__name__)
 _RETRIEVE_PATTERN = "[organisation]/[artifact]/[artifact]-[revision](-[classifier]).[ext]"
 BEGIN = "# >>> outbox-relay jars: written by `outbox-relay jars --install` >>>"
 END = "# <<< outbox-relay jars <<<"
+# The driver JVM that spark-submit starts compiles with C1 only. Its C2 compiler spent
+# 2.3 of the 5.8 CPU-s that a driver took to start on two cores, beside its main thread:
+# Python started 3.2 s after launch with it and 2.4-2.6 s without, and the JVM used
+# 2.7-3.6 CPU-s. Peak speed is what C1 gives up, in the driver's own code and, under a
+# local master, its executors': a relay sends its backlogs with the driver's producer
+# there (relay.backlog_lane "auto"). Only in pip's pyspark (this file is its own), only
+# under spark-submit (a session built from Python passes the relay's own driver options),
+# and not when the file sets the key itself; `--driver-java-options` overrides it.
+DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+_DRIVER_OPTIONS_KEY = "spark.driver.extraJavaOptions"
 
 
 def jars_dir() -> Path:
@@ -120,15 +130,19 @@ def has_relay_jars(spark_jars: str | None, spark_packages: str | None) -> bool:
 
 def install_spark_defaults(conf_dir: Path | None = None) -> Path:
     """Write `spark.jars` with the cached jars into `spark-defaults.conf`, in a block of
-    its own; every other line of the file stays as it was. Refuses a file whose own
-    `spark.jars` line would conflict: the error says what to add by hand."""
+    its own, with the driver's DRIVER_JAVA_OPTIONS unless the file sets its own; every
+    other line of the file stays as it was. Refuses a file whose own `spark.jars` line
+    would conflict: the error says what to add by hand."""
     path = (conf_dir or spark_conf_dir()) / "spark-defaults.conf"
-    block = f"{BEGIN}\nspark.jars {','.join(str(j) for j in cached_jars())}\n{END}\n"
     text = path.read_text() if path.is_file() else ""
+    lines = [f"spark.jars {','.join(str(j) for j in cached_jars())}"]
+    if not _sets(_outside_block(text), _DRIVER_OPTIONS_KEY):
+        lines.append(f"{_DRIVER_OPTIONS_KEY} {DRIVER_JAVA_OPTIONS}")
+    block = "\n".join([BEGIN, *lines, END]) + "\n"
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         text = head + block + rest.split(END, 1)[1].lstrip("\n")
-    elif re.search(r"(?m)^\s*spark\.jars[\s=:]", text):
+    elif _sets(text, "spark.jars"):
         raise ivy.ResolveError(
             f"{path} sets spark.jars already: add the relay's jars to it "
             "(`outbox-relay jars` prints them), or pass --jars \"$(outbox-relay jars)\""
@@ -138,3 +152,15 @@ def install_spark_defaults(conf_dir: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+def _outside_block(text: str) -> str:
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        return head + rest.split(END, 1)[1]
+    return text
+
+
+def _sets(text: str, key: str) -> bool:
+    """Whether a line of the properties file `text` sets `key`."""
+    return re.search(rf"(?m)^\s*{re.escape(key)}[\s=:]", text) is not None

@@ -23,7 +23,19 @@ def cached(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_missing_file_gets_the_block(tmp_path: Path) -> None:
     path = spark_jars.install_spark_defaults(tmp_path)
     lines = path.read_text().splitlines()
-    assert lines == [spark_jars.BEGIN, f"spark.jars {JARS[0]},{JARS[1]}", spark_jars.END]
+    assert lines == [spark_jars.BEGIN, f"spark.jars {JARS[0]},{JARS[1]}",
+                     "spark.driver.extraJavaOptions -XX:TieredStopAtLevel=1", spark_jars.END]
+
+
+@pytest.mark.parametrize("line", ["spark.driver.extraJavaOptions -Xss4m",
+                                  " spark.driver.extraJavaOptions=-Xss4m"])
+def test_driver_options_of_the_users_own_are_kept_and_not_set_again(
+        tmp_path: Path, line: str) -> None:
+    path = tmp_path / "spark-defaults.conf"
+    path.write_text(line + "\n")
+    for _ in range(2):  # a second install sees the user's line outside its own block
+        text = spark_jars.install_spark_defaults(tmp_path).read_text()
+        assert text.startswith(line + "\n") and text.count("extraJavaOptions") == 1
 
 
 def test_the_users_lines_stay_and_a_second_install_replaces_the_block(tmp_path: Path) -> None:
