@@ -118,19 +118,10 @@ class Database:
         """The rows of one read-only statement, run on its own (autocommit): one round
         trip where a transaction takes three (BEGIN, the statement, COMMIT). For the
         polls an idle relay makes several times a second, in each of its databases."""
-        return [dict(r) for r in self._read(statement, params, psycopg2.extras.RealDictCursor)]
-
-    def rows(self, statement: str, params: Params = None) -> list[tuple[Any, ...]]:
-        """As `read`, each row a tuple in the statement's column order: for the direct
-        lane's reads of thousands of rows, where building a dict per row cost a fifth of
-        the lane's CPU."""
-        return self._read(statement, params, psycopg2.extensions.cursor)
-
-    def _read(self, statement: str, params: Params,
-              factory: type[psycopg2.extensions.cursor]) -> list[Any]:
-        with self._autocommitted() as conn, conn.cursor(cursor_factory=factory) as cur:
+        with (self._autocommitted() as conn,
+              conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur):
             cur.execute(statement, params)
-            return cur.fetchall() if cur.description else []
+            return [dict(r) for r in cur.fetchall()] if cur.description else []
 
     def copy_out(self, statement: str, params: Params = None) -> tuple[bytes, str]:
         """The rows of one read-only statement in PostgreSQL's binary COPY format

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,29 @@ def database_url(stack: StackInfo) -> Iterator[str]:
     with admin.cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     admin.close()
+
+
+@contextmanager
+def migrated_database(stack: StackInfo, create_options: str = "") -> Iterator[str]:
+    """Another migrated database of the stack's server, dropped afterwards; its url.
+    `create_options` (a constant of the test's, e.g. an encoding) go to CREATE DATABASE."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = psycopg2.connect(stack.postgres_url)
+    admin.autocommit = True
+    with admin.cursor() as cur:  # a generated identifier, not user input
+        cur.execute(f'CREATE DATABASE "{name}" {create_options}')
+    url = _admin_url(stack, name)
+    db = Database(build_config({"postgres": {"url": url}}, env={}).postgres)
+    try:
+        migrate(db)
+    finally:
+        db.close()
+    try:
+        yield url
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
 
 
 @pytest.fixture

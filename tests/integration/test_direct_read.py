@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterator
 
-import psycopg2
 import pytest
 
-from outbox_relay.config.load import build_config
 from outbox_relay.control.db import Database
-from outbox_relay.control.migrate import migrate
 from outbox_relay.direct.read import read_batch
 from outbox_relay.stack import StackInfo
 from tests.integration.claiming import claim_all
-from tests.integration.conftest import ConfigFactory
+from tests.integration.conftest import ConfigFactory, migrated_database
 from tests.integration.helpers import Msg, every_key_shape, insert, query, unique
 
 pytestmark = pytest.mark.integration
@@ -77,22 +73,9 @@ def test_the_read_gives_back_every_row_as_written(
 def latin1_url(stack: StackInfo) -> Iterator[str]:
     """A migrated database whose server encoding is LATIN1: psycopg2's connections to it
     speak LATIN1, and so do the text fields of its binary COPY."""
-    name = f"l_{uuid.uuid4().hex[:12]}"
-    admin = psycopg2.connect(stack.postgres_url)
-    admin.autocommit = True
-    with admin.cursor() as cur:  # a generated identifier, not user input
-        cur.execute(f"CREATE DATABASE \"{name}\" ENCODING 'LATIN1' LC_COLLATE 'C' "
-                    "LC_CTYPE 'C' TEMPLATE template0")
-    url = f"{stack.postgres_url.rpartition('/')[0]}/{name}"
-    db = Database(build_config({"postgres": {"url": url}}, env={}).postgres)
-    try:
-        migrate(db)
-    finally:
-        db.close()
-    yield url
-    with admin.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
+    with migrated_database(stack, "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' "
+                                  "TEMPLATE template0") as url:
+        yield url
 
 
 def test_the_read_decodes_text_in_the_databases_own_encoding(

@@ -12,18 +12,16 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import psycopg2
 import pytest
 from pyspark.sql import SparkSession
 
 from outbox_relay.config import Config
 from outbox_relay.config.load import build_config
 from outbox_relay.control.db import Database, Params
-from outbox_relay.control.migrate import migrate
 from outbox_relay.errors import DatabaseUnavailableError, RelayError
 from outbox_relay.ledger.delta import Ledger
 from outbox_relay.stack import StackInfo
-from tests.integration.conftest import ConfigFactory
+from tests.integration.conftest import ConfigFactory, migrated_database
 from tests.integration.helpers import query, wait_for
 
 pytestmark = pytest.mark.integration
@@ -72,21 +70,8 @@ def ledger(spark: SparkSession, config: Config, name: str) -> Ledger:
 @pytest.fixture
 def second_url(stack: StackInfo) -> Iterator[str]:
     """A second outbox: another migrated database on the same cluster."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = psycopg2.connect(stack.postgres_url)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')  # a generated identifier, not user input
-    url = f"{stack.postgres_url.rpartition('/')[0]}/{name}"
-    db = Database(build_config({"postgres": {"url": url}}, env={}).postgres)
-    try:
-        migrate(db)
-    finally:
-        db.close()
-    yield url
-    with admin.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
+    with migrated_database(stack) as url:
+        yield url
 
 
 def test_two_outboxes_sharing_a_ledger_path_both_land_every_record(
