@@ -136,12 +136,13 @@ def install_spark_defaults(conf_dir: Path | None = None) -> Path:
     path = (conf_dir or spark_conf_dir()) / "spark-defaults.conf"
     text = path.read_text() if path.is_file() else ""
     lines = [f"spark.jars {','.join(str(j) for j in cached_jars())}"]
-    if not _sets(_outside_block(text), _DRIVER_OPTIONS_KEY):
+    around = _around_block(text)
+    if not _sets("".join(around) if around else text, _DRIVER_OPTIONS_KEY):
         lines.append(f"{_DRIVER_OPTIONS_KEY} {DRIVER_JAVA_OPTIONS}")
     block = "\n".join([BEGIN, *lines, END]) + "\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1].lstrip("\n")
+    if around:
+        head, tail = around
+        text = head + block + tail.lstrip("\n")
     elif _sets(text, "spark.jars"):
         raise ivy.ResolveError(
             f"{path} sets spark.jars already: add the relay's jars to it "
@@ -154,11 +155,12 @@ def install_spark_defaults(conf_dir: Path | None = None) -> Path:
     return path
 
 
-def _outside_block(text: str) -> str:
+def _around_block(text: str) -> tuple[str, str] | None:
+    """What the file holds before and after the relay's block, if it has one."""
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
-        return head + rest.split(END, 1)[1]
-    return text
+        return head, rest.split(END, 1)[1]
+    return None
 
 
 def _sets(text: str, key: str) -> bool:
