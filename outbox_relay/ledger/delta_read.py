@@ -57,6 +57,11 @@ def table_uri(path: str) -> str:
     return path if urlparse(path).scheme else str(Path(path).resolve())
 
 
+def local_path(path: str) -> Path:
+    """A local path (is_local) as a Path: a file:// URL's path, else the path itself."""
+    return Path(urlparse(path).path if path.startswith("file:") else path)
+
+
 def open_table(path: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable | None:
     """The Delta table at `path`, or None when nothing was copied there yet.
 
@@ -68,7 +73,7 @@ def open_table(path: str, storage_options: Mapping[str, str] | None = None) -> D
     from deltalake.exceptions import DeltaError, TableNotFoundError
 
     if is_local(path):
-        local = Path(urlparse(path).path if path.startswith("file:") else path)
+        local = local_path(path)
         log = local / "_delta_log"
         if not local.exists() or (local.is_dir() and not any(local.iterdir())):
             return None

@@ -17,6 +17,7 @@ from outbox_relay.config import Config
 from outbox_relay.config.load import build_config
 from outbox_relay.control.db import Database
 from outbox_relay.control.migrate import migrate
+from outbox_relay.ledger.delta import Ledger
 from outbox_relay.stack import StackInfo
 from outbox_relay.stream.runner import RunResult, run
 from outbox_relay.stream.stop import StopSignal
@@ -126,6 +127,7 @@ def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 ConfigFactory = Callable[..., Config]
+LedgerFactory = Callable[[str, Path], Ledger]
 
 
 @pytest.fixture
@@ -158,6 +160,23 @@ def make_config(stack: StackInfo, migrated_url: str, tmp_path: Path) -> ConfigFa
 
 
 RelayRunner = Callable[..., RunResult]
+
+
+@pytest.fixture
+def make_ledger(spark: SparkSession, make_config: ConfigFactory) -> Iterator[LedgerFactory]:
+    """Ledgers of the test's database by writer ("delta-rs" or "spark") and path, each on
+    a connection of its own."""
+    dbs: list[Database] = []
+
+    def factory(writer: str, path: Path) -> Ledger:
+        config = make_config(ledger={"path": str(path), "writer": writer})
+        db = Database(config.postgres, f"test-ledger-{writer}")
+        dbs.append(db)
+        return Ledger(spark, config, db)
+
+    yield factory
+    for db in dbs:
+        db.close()
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,8 @@ import pytest
 from deltalake.exceptions import CommitFailedError
 from pyspark.sql import SparkSession
 
-from outbox_relay.control.db import Database
 from outbox_relay.errors import RelayError
-from outbox_relay.ledger.delta import Ledger
-from tests.integration.conftest import ConfigFactory
+from tests.integration.conftest import LedgerFactory
 from tests.integration.test_ledger_writers import (
     _engines,
     _records,
@@ -38,7 +35,6 @@ from tests.integration.test_ledger_writers import (
 
 pytestmark = pytest.mark.integration
 
-LedgerFactory = Callable[[str, Path], Ledger]
 # deltalake 1.6.6 raises the object store's error as a chain, one cause a line. On a
 # loopback FUSE mount whose link(2) fails it raised exactly this with "Operation not
 # permitted (os error 1)" (the kernel's answer there); Databricks' mount answers ENOSYS.
@@ -49,21 +45,6 @@ TIMEOUT = (f"Generic S3 error\n          {_ARROW} Error after 10 retries in 181.
            f"max_retries: 10, retry_timeout: 180s\n           {_ARROW} HTTP error\n"
            f"            {_ARROW} error sending request\n"
            f"             {_ARROW} operation timed out\n")
-
-
-@pytest.fixture
-def make_ledger(spark: SparkSession, make_config: ConfigFactory) -> Iterator[LedgerFactory]:
-    dbs: list[Database] = []
-
-    def factory(writer: str, path: Path) -> Ledger:
-        config = make_config(ledger={"path": str(path), "writer": writer})
-        db = Database(config.postgres, f"test-ledger-{writer}")
-        dbs.append(db)
-        return Ledger(spark, config, db)
-
-    yield factory
-    for db in dbs:
-        db.close()
 
 
 class _MountWriter:

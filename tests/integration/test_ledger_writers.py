@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,13 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 import outbox_relay.ledger.staging
-from outbox_relay.config import Config
 from outbox_relay.control.db import Database
 from outbox_relay.errors import RelayError
-from outbox_relay.ledger.delta import Ledger
 from outbox_relay.ledger.delta_rs import DeltaRsWriter
 from outbox_relay.ledger.lookup import lookup
 from outbox_relay.ledger.rows import LEDGER_COLUMNS
 from outbox_relay.rules.partitioners import partition_for
-from tests.integration.conftest import ConfigFactory
+from tests.integration.conftest import LedgerFactory
 from tests.integration.helpers import query
 
 pytestmark = pytest.mark.integration
@@ -50,7 +47,6 @@ PARTITIONS = 5
 Staged = tuple[str, str, str, list[int], list[bytes | None] | None, int | None, str | None,
                str | None]
 Writer = str
-LedgerFactory = Callable[[Writer, Path], Ledger]
 
 
 def _records() -> list[Staged]:
@@ -118,21 +114,6 @@ def _engines(path: Path) -> list[str]:
         out.append("delta-rs" if "delta-rs" in engine else
                    "spark" if "Spark" in engine else engine)
     return out
-
-
-@pytest.fixture
-def make_ledger(spark: SparkSession, make_config: ConfigFactory) -> Iterator[LedgerFactory]:
-    dbs: list[Database] = []
-
-    def factory(writer: Writer, path: Path) -> Ledger:
-        config: Config = make_config(ledger={"path": str(path), "writer": writer})
-        db = Database(config.postgres, f"test-ledger-{writer}")
-        dbs.append(db)
-        return Ledger(spark, config, db)
-
-    yield factory
-    for db in dbs:
-        db.close()
 
 
 def test_both_writers_leave_the_same_ledger_rows_for_the_same_staged_records(
