@@ -34,6 +34,31 @@ _CANCEL_WAIT_S = 5.0
 _DRAIN_COPY_S = {"delta-rs": 2.0, "spark": 600.0}
 
 
+class DrainCopiers:
+    """The ledger copiers of the databases one driver drains (outbox_relay.stream.many).
+    Unset, `ledger.drain_flush_interval_s` is a driver's pace, not a database's: each
+    copier copies that many times less often, and so the copies together cost what one
+    database's do. A copy's cost is mostly its own, not its rows': eight databases
+    copying every 2 s took 8.6 CPU-s of delta-rs in a drain of 8 x 100,000 rows
+    (docs/performance.md), against 1.9 CPU-s at every 16 s."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+
+    def count(self) -> int:
+        with self._lock:
+            return max(1, self._running)
+
+    def join(self) -> None:
+        with self._lock:
+            self._running += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._running -= 1
+
+
 class Clock:
     """Time as the copier reads and waits on it; tests give it a clock of their own."""
 
@@ -66,6 +91,7 @@ class LedgerFlusher:
         # A drain's pace follows who copies (for_run), which a copy can change (relay.
         # ledger.delta falls back to Spark); None: the pace is fixed.
         self._pace: Callable[[], tuple[float, Callable[[], bool] | None]] | None = None
+        self._copiers: DrainCopiers | None = None
         self._done = threading.Event()
         # Set by a stop that copies nothing more: the copy in flight ends with its batch.
         self._abandon = threading.Event()
@@ -73,26 +99,33 @@ class LedgerFlusher:
 
     @classmethod
     def for_run(cls, ledger: Ledger, config: LedgerConfig, available_now: bool,
-                draining: Callable[[], bool]) -> LedgerFlusher:
+                draining: Callable[[], bool],
+                copiers: DrainCopiers | None = None) -> LedgerFlusher:
         """The copier of a run. A copy waits while the drain lane works (`draining`),
         which holds the other topics' latency down, except in an available-now drain that
         delta-rs copies: there a copy takes a fraction of a second of the driver's Python
         beside the rounds, and a drain that copies its rounds as it goes ends with a small
-        copy (the final copy of a 1M-row drain took 1.5-3.5 s of its launch to exit)."""
+        copy (the final copy of a 1M-row drain took 1.5-3.5 s of its launch to exit).
+        `copiers`: the drain's copiers on this driver, which this one joins."""
         if not available_now:
             return cls(ledger, config.flush_interval_s, copy_early=True, defer=draining)
 
         def pace() -> tuple[float, Callable[[], bool] | None]:
             writer = "spark" if ledger.in_jvm else "delta-rs"
-            interval = config.drain_flush_interval_s or _DRAIN_COPY_S[writer]
+            interval = config.drain_flush_interval_s or (
+                _DRAIN_COPY_S[writer] * (copiers.count() if copiers else 1))
             return interval, draining if writer == "spark" else None
 
         interval, defer = pace()
         flusher = cls(ledger, interval, copy_early=False, defer=defer)
         flusher._pace = pace
+        flusher._copiers = copiers
         return flusher
 
     def start(self) -> None:
+        if self._copiers is not None:
+            self._copiers.join()
+            self._repace()
         self._thread.start()
 
     def _run(self) -> None:
@@ -140,9 +173,12 @@ class LedgerFlusher:
             log.warning("ledger copy failed, will retry: %s", exc)
             return None
         finally:
-            if self._pace is not None:
-                interval, defer = self._pace()
-                self._interval_s, self._defer = interval, defer or (lambda: False)
+            self._repace()
+
+    def _repace(self) -> None:
+        if self._pace is not None:
+            interval, defer = self._pace()
+            self._interval_s, self._defer = interval, defer or (lambda: False)
 
     def stop(self, copy_now: bool = True) -> None:
         """Stop copying; with copy_now, wait for the copy in flight and copy the rest.
@@ -155,6 +191,9 @@ class LedgerFlusher:
         if not copy_now:
             self._abandon.set()
         self._done.set()
+        if self._copiers is not None and self._thread.ident is not None:
+            self._copiers.leave()
+            self._copiers = None
         if copy_now:
             self._join(None)
             log.debug("ledger: the final copy starts")

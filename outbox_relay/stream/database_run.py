@@ -14,6 +14,7 @@ from outbox_relay.control.migrate import check_schema
 from outbox_relay.errors import RelayError, exit_code_for, first_line
 from outbox_relay.exit_codes import ExitCode
 from outbox_relay.launch.session import SparkSource
+from outbox_relay.ledger.flusher import DrainCopiers
 from outbox_relay.observe.databases import DatabaseMetrics
 from outbox_relay.stream.runner import RunResult, run_relay
 from outbox_relay.stream.stats import RelayStats
@@ -47,7 +48,7 @@ class DatabaseRun:
     def __init__(self, name: str, config: Config, available_now: bool, stop: StopSignal,
                  source: SparkSource, started: float | None,
                  build: Callable[[Config], Relay], metrics: DatabaseMetrics,
-                 watch: IdleWatch | None = None) -> None:
+                 watch: IdleWatch | None = None, copiers: DrainCopiers | None = None) -> None:
         self.name = name
         self.config = config
         self.available_now = available_now
@@ -57,6 +58,7 @@ class DatabaseRun:
         self.build = build
         self.metrics = metrics
         self.watch = watch
+        self.copiers = copiers
         self.outcome = DatabaseOutcome(name)
         self.thread = threading.Thread(target=self.run, name=f"relay-db-{name}", daemon=True)
 
@@ -96,6 +98,7 @@ class DatabaseRun:
                 return RunResult(ExitCode.INTERRUPTED if self.available_now else ExitCode.OK,
                                  RelayStats(), 0.0, [])
             return run_relay(relay, self.available_now, self.stop, None, self.source,
-                             self.started, lazy=True, watch=self.watch)
+                             self.started, lazy=True, watch=self.watch,
+                             copiers=self.copiers)
         finally:
             relay.close()

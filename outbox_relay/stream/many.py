@@ -35,6 +35,7 @@ from outbox_relay.control.idle_watch import IdleWatch
 from outbox_relay.errors import RelayError
 from outbox_relay.exit_codes import ExitCode, Outcome, outcome_of
 from outbox_relay.launch.session import SparkSource
+from outbox_relay.ledger.flusher import DrainCopiers
 from outbox_relay.observe.databases import DatabaseMetrics
 from outbox_relay.observe.serve import exported
 from outbox_relay.stream.database_run import DRAIN_ATTEMPTS, DatabaseOutcome, DatabaseRun
@@ -74,12 +75,14 @@ def run_many(config: Config, available_now: bool, stop: StopSignal, source: Spar
     began = time.monotonic()
     metrics = DatabaseMetrics(config.metrics.max_label_databases)
 
-    # A continuous relay's idle databases are polled by one thread, not each by its own.
+    # A continuous relay's idle databases are polled by one thread, not each by its own;
+    # a drain's ledger copies are paced together.
     watch = None if available_now else IdleWatch()
+    copiers = DrainCopiers() if available_now else None
 
     def start(name: str, one: Config) -> DatabaseRun:
         run = DatabaseRun(name, one, available_now, stop.child(), source, started, build,
-                          metrics, watch)
+                          metrics, watch, copiers)
         run.thread.start()
         return run
 

@@ -24,7 +24,7 @@ from outbox_relay.control.pending import (
 from outbox_relay.errors import RelayError, exit_code_for, first_line
 from outbox_relay.exit_codes import ExitCode
 from outbox_relay.launch.session import SparkSource
-from outbox_relay.ledger.flusher import LedgerFlusher
+from outbox_relay.ledger.flusher import DrainCopiers, LedgerFlusher
 from outbox_relay.observe.progress import Progress
 from outbox_relay.observe.serve import exported
 from outbox_relay.stream.batch import BatchProcessor
@@ -82,19 +82,20 @@ def run(relay: Relay, available_now: bool, stop: StopSignal | None = None,
 
 def run_relay(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO | None,
               source: SparkSource | None, started: float | None, lazy: bool = False,
-              watch: IdleWatch | None = None) -> RunResult:
+              watch: IdleWatch | None = None,
+              copiers: DrainCopiers | None = None) -> RunResult:
     """run() without exporting the metrics: a relay of several databases exports all of
     theirs at once (outbox_relay.stream.many), starts a database's query only when it
-    needs one (`lazy`: outbox_relay.stream.before_spark) and parks it in `watch` while
-    it is idle."""
+    needs one (`lazy`: outbox_relay.stream.before_spark), parks it in `watch` while
+    it is idle, and paces a drain's ledger copies with the others' (`copiers`)."""
     if relay.spark is None and source is None:
         raise ValueError("a relay without a Spark session needs a source for one")
-    return _run(relay, available_now, stop, progress, source, started, lazy, watch)
+    return _run(relay, available_now, stop, progress, source, started, lazy, watch, copiers)
 
 
 def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO | None,
          source: SparkSource | None, launched: float | None, lazy: bool,
-         watch: IdleWatch | None) -> RunResult:
+         watch: IdleWatch | None, copiers: DrainCopiers | None = None) -> RunResult:
     started = time.monotonic()
     bound = max_id(relay.db) if available_now else None
     stats = RelayStats()
@@ -102,7 +103,8 @@ def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO |
     # The processor whose lanes say whether a drain goes on (the ledger copier asks).
     current: list[BatchProcessor] = []
     flusher = LedgerFlusher.for_run(relay.ledger, relay.config.ledger, available_now,
-                                    lambda: bool(current) and current[-1].draining())
+                                    lambda: bool(current) and current[-1].draining(),
+                                    copiers)
     flusher.start()
     budget = TimeBudget(relay.config.relay.available_now_budget_s if available_now else None,
                         started if launched is None else launched, stop)

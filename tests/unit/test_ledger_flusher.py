@@ -259,3 +259,47 @@ def test_a_drain_whose_copies_fall_back_to_spark_is_paced_as_a_spark_drain() -> 
     assert copier.flush_once() == 1
     assert copier._interval_s == 600.0
     assert copier._defer()
+
+
+class _Idle(_Writer):
+    """A delta-rs ledger with nothing staged, for copiers that start and stop."""
+
+    def flush(self, stopping: Callable[[], bool] = lambda: False) -> int:
+        return 0
+
+    def staged_count(self) -> tuple[int, int]:
+        return 0, 0
+
+    def end_copies(self, cancel: bool) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+
+def test_the_drains_of_one_driver_share_the_copy_pace_and_a_profile_s_interval_is_kept() -> None:
+    """Eight databases drained by one relay copied as often as eight relays would, eight
+    times a drain's copy cost in the one interpreter (docs/performance.md, MANY)."""
+    copiers = flusher.DrainCopiers()
+    runs = [LedgerFlusher.for_run(cast(Ledger, _Idle(in_jvm=False)), LedgerConfig(), True,
+                                  lambda: True, copiers) for _ in range(3)]
+    assert [r._interval_s for r in runs] == [2.0] * 3, "one copier alone: a drain's pace"
+    for run in runs:
+        run.start()
+    assert runs[0]._interval_s == 2.0 and runs[2]._interval_s == 6.0
+    assert copiers.count() == 3
+    set_in_profile = LedgerFlusher.for_run(
+        cast(Ledger, _Idle(in_jvm=False)), LedgerConfig(drain_flush_interval_s=1.5), True,
+        lambda: True, copiers)
+    set_in_profile.start()
+    assert set_in_profile._interval_s == 1.5 and copiers.count() == 4
+
+    runs[0].stop(copy_now=False)
+    set_in_profile.stop(copy_now=True)
+    runs[0].stop(copy_now=False)  # a second stop leaves no second time
+    assert copiers.count() == 2
+    assert runs[1].flush_once() == 0
+    assert runs[1]._interval_s == 4.0, "re-paced after its copy: two copiers left"
+    for run in runs[1:]:
+        run.stop(copy_now=False)
+    assert copiers.count() == 1, "never below one: a pace is one copier's at least"
