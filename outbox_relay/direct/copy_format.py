@@ -17,7 +17,6 @@ SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 TRAILER = b"\xff\xff"
 _FLAGS_WITH_OIDS = 1 << 16
 
-int16 = struct.Struct("!h").unpack_from
 int32 = struct.Struct("!i").unpack_from
 int64 = struct.Struct("!q").unpack_from
 
@@ -39,14 +38,6 @@ def body(data: bytes) -> tuple[int, int]:
     if extension < 0 or not data.endswith(TRAILER) or start > len(data) - len(TRAILER):
         raise CopyFormatError("binary COPY without its trailer: truncated")
     return start, len(data) - len(TRAILER)
-
-
-def tuple_start(data: bytes, pos: int, fields: int) -> int:
-    """The offset of the first field of the tuple at `pos`, which must have `fields`."""
-    (count,) = int16(data, pos)
-    if count != fields:
-        raise CopyFormatError(f"a tuple of {count} fields where {fields} were asked for")
-    return pos + 2
 
 
 def ended(pos: int, end: int) -> None:

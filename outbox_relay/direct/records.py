@@ -112,7 +112,7 @@ def _maker(source_name: str, header_prefix: str, partitioner: Partitioner,
         created = created_texts.get(row.created_at)
         if created is None:
             created = created_texts[row.created_at] = iso_utc(row.created_at).encode()
-        headers: list[Header] = [(id_name, str(row.id).encode()), (source_header, source),
+        headers: list[Header] = [(id_name, b"%d" % row.id), (source_header, source),
                                  (created_name, created)]
         if row.headers is not None or row.topic in cloudevents:
             own: dict[str, str] = json.loads(row.headers) if row.headers is not None else {}

@@ -69,6 +69,8 @@ class Sent:
         """The reason among `ids` that says most: a refusal for good, else the producer's
         stop, else the first in id order (None: all acknowledged). A culprit's
         neighbours in other partitions may come first in id order, purged because of it."""
+        if not self.refused and not self.unknown:
+            return None
         first = stop = None
         for i in sorted(ids):
             if i in self.refused_for_good:
@@ -123,20 +125,29 @@ class Sender:
         (reads the next write), and `wait` collects them."""
         sent = Sent()
         producer = self._get()
+        produce = producer.produce
         stopped: set[str] = set()  # topics whose write ended at a record refused at once
         for r in records:
-            if r.topic in stopped:
+            if stopped and r.topic in stopped:
                 sent.refused[r.id] = f"not sent: an earlier record of topic {r.topic} was refused"
                 continue
-            if not self._produce(producer, r, sent):
-                stopped.add(r.topic)
+            try:  # the common case inline: MANY's rows share one interpreter
+                produce(r.topic, value=r.value, key=r.key,
+                        headers=cast("list[tuple[str, str | bytes | None]]", r.headers),
+                        partition=-1 if r.partition is None else r.partition,
+                        on_delivery=functools.partial(_on_delivery, sent, r.id))
+            except (BufferError, KafkaException):
+                if not self._produce(producer, r, sent):
+                    stopped.add(r.topic)
         return Pending(producer, [r.id for r in records], sent)
 
     def wait(self, pending: Pending, timeout_s: float) -> Sent:
         """Every report of a started write, waited for at most `timeout_s`."""
         sent = pending.sent
         self._wait(pending.producer, time.monotonic() + timeout_s, sent)
-        for i in pending.ids:  # no report at all (the producer died): it may be in Kafka
+        # Each id once in a write: all acknowledged, or some without a report at all (the
+        # producer died), which may be in Kafka.
+        for i in pending.ids if len(sent.acknowledged) < len(pending.ids) else ():
             if i not in sent.acknowledged and i not in sent.refused and i not in sent.unknown:
                 sent.unknown[i] = STOPPED + sent.fatal if sent.fatal else "no delivery report"
         if sent.fatal is not None and self._producer is pending.producer:
@@ -182,6 +193,9 @@ def _refuse(sent: Sent, outbox_id: int, err: KafkaError) -> None:
 
 
 def _on_delivery(sent: Sent, outbox_id: int, err: KafkaError | None, _msg: object) -> None:
+    if err is None:
+        sent.acknowledged.add(outbox_id)
+        return
     try:
         _report(sent, outbox_id, err)
     except SystemError as exc:
