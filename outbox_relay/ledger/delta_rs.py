@@ -235,12 +235,13 @@ class DeltaRsWriter:
                 f"ledger: delta-rs could not write copy batch {copy_batch} to "
                 f"{self.path}: {described(exc)}")
             raise failed from exc
-        self._after_commit()
+        # write_deltalake brought the table it was given up to its own commit; a table it
+        # created is opened.
+        self._after_commit(table if table is not None else self._table())
 
-    def _after_commit(self) -> None:
+    def _after_commit(self, table: DeltaTable | None) -> None:
         """Compaction, past COMPACT_FILES files; and a checkpoint every CHECKPOINT_EVERY
         commits unless the table sets its own interval, which delta-rs then follows."""
-        table = self._table()
         if table is None:
             return
         if len(table.file_uris()) > COMPACT_FILES:

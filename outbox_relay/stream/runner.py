@@ -95,7 +95,7 @@ def run_relay(relay: Relay, available_now: bool, stop: StopSignal, progress: Tex
 
 def _run(relay: Relay, available_now: bool, stop: StopSignal, progress: TextIO | None,
          source: SparkSource | None, launched: float | None, lazy: bool,
-         watch: IdleWatch | None, copiers: DrainCopiers | None = None) -> RunResult:
+         watch: IdleWatch | None, copiers: DrainCopiers | None) -> RunResult:
     started = time.monotonic()
     bound = max_id(relay.db) if available_now else None
     stats = RelayStats()
