@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -15,6 +16,8 @@ from outbox_relay.errors import RelayError
 from outbox_relay.exit_codes import ExitCode
 
 HOST = "127.0.0.1"
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+SERVICE_PORTS_FROM = 10_000
 
 # Popen handles of the services this interpreter launched. Holding on to them lets
 # us reap a stopped broker (no zombie keeps its pid "alive") and keeps Popen's
@@ -28,14 +31,48 @@ class StackError(RelayError):
     exit_code = ExitCode.STACK_FAILED
 
 
-def pick_free_ports(count: int) -> list[int]:
-    """Distinct ports the kernel considers free right now on 127.0.0.1."""
+def ephemeral_port_range(source: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int] | None:
+    """The kernel's range of ports for outgoing connections, if it tells."""
+    try:
+        low, high = (int(part) for part in source.read_text().split())
+    except (OSError, ValueError):
+        return None
+    return low, high
+
+
+def service_port_range(ephemeral: tuple[int, int] | None) -> range | None:
+    """Where a service's ports are chosen: below the kernel's ephemeral range.
+
+    A port in that range stops being ours the moment its service stops. Any outgoing
+    connection on the machine may take it as its own port, and a client retrying the
+    stopped service may even connect to itself through it. The service then comes back
+    on other ports, which its clients are never told. None when the range leaves no room.
+    """
+    if ephemeral is None:
+        return None
+    top = min(ephemeral[0], 65536)
+    return range(SERVICE_PORTS_FROM, top) if top - SERVICE_PORTS_FROM >= 1000 else None
+
+
+def pick_free_ports(count: int, ephemeral: tuple[int, int] | None = None) -> list[int]:
+    """Distinct ports free right now on 127.0.0.1, outside the ephemeral range if possible."""
+    candidates = service_port_range(ephemeral or ephemeral_port_range())
     with contextlib.ExitStack() as stack:
         sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
         for sock in sockets:
             # All sockets stay bound until every port is chosen, so none repeats.
-            sock.bind((HOST, 0))
+            _bind_free(sock, candidates)
         return [int(sock.getsockname()[1]) for sock in sockets]
+
+
+def _bind_free(sock: socket.socket, candidates: range | None) -> None:
+    """Binds `sock` to a free candidate port, else to one the kernel picks."""
+    if candidates is not None:
+        for port in random.sample(candidates, min(64, len(candidates))):
+            with contextlib.suppress(OSError):
+                sock.bind((HOST, port))
+                return
+    sock.bind((HOST, 0))
 
 
 def port_is_free(port: int) -> bool:

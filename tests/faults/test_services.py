@@ -86,7 +86,8 @@ def test_broker_outage_backs_off_deletes_nothing_unsent_and_drains_after_restart
             assert proc.alive(), f"the relay exited during the outage\n{proc.tail()}"
             time.sleep(0.5)
         before_restart = outbox_ids(url)
-        outbox_relay.stack.start_kafka(private_stack.dir)
+        assert outbox_relay.stack.start_kafka(private_stack.dir) == info.kafka_bootstrap, \
+            "the broker came back on other ports: the relay cannot follow it there"
         restarted = time.monotonic()
         wait_until(lambda: outbox_count(url) == 0, 900, "the drain to complete",
                    diagnose=proc.tail)
@@ -158,7 +159,8 @@ def test_database_restart_mid_drain_reconnects_or_exits_clearly_and_completes(
         down_for = 10.0
         while time.monotonic() < crashed + down_for:
             time.sleep(0.5)
-        outbox_relay.stack.start_postgres(private_stack.dir)
+        assert outbox_relay.stack.start_postgres(private_stack.dir) == info.postgres_url, \
+            "PostgreSQL came back on another port: the relay cannot follow it there"
         restarted = time.monotonic()
 
         def settled() -> bool:

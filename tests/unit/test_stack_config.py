@@ -131,6 +131,24 @@ def test_free_ports_are_distinct_and_bindable() -> None:
     assert all(proc.port_is_free(port) for port in ports)
 
 
+def test_service_ports_lie_below_the_kernels_ephemeral_range(tmp_path: Path) -> None:
+    source = tmp_path / "ip_local_port_range"
+    source.write_text("32768\t60999\n")
+    assert proc.ephemeral_port_range(source) == (32768, 60999)
+    assert proc.ephemeral_port_range(tmp_path / "absent") is None
+    source.write_text("not a range\n")
+    assert proc.ephemeral_port_range(source) is None
+    ports = proc.pick_free_ports(3, ephemeral=(32768, 60999))
+    assert len(set(ports)) == 3
+    assert all(proc.SERVICE_PORTS_FROM <= port < 32768 for port in ports), ports
+    # A range that leaves no room below it: the kernel picks, as before.
+    assert proc.service_port_range((1024, 65535)) is None
+    assert proc.service_port_range((10_500, 60999)) is None
+    fallback = proc.pick_free_ports(2, ephemeral=(1024, 65535))
+    assert len(set(fallback)) == 2
+    assert all(proc.port_is_free(port) for port in fallback)
+
+
 def test_terminate_only_signals_a_matching_process(tmp_path: Path) -> None:
     marker = str(tmp_path / "marker")
     code = "import sys, time; time.sleep(60)"
