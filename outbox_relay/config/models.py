@@ -168,7 +168,7 @@ class RelaySettings(StrictModel):
     # The wait between polls while work comes, and the least time between two rounds of a
     # trickle: a message waits for its round about half of this. A round's statements
     # cost the driver about as much for 25 rows as for 50: at 500 msg/s, 0.05 s took
-    # 0.13 cores and 0.1 s 0.06 (docs/performance.md). After a second without work the
+    # 0.13 cores and 0.1 s 0.06-0.07 (docs/performance.md). After a second without work the
     # relay polls only every idle_poll_interval_s (an idle relay costs next to nothing).
     poll_interval_s: float = Field(0.1, gt=0)
     idle_poll_interval_s: float = Field(0.25, gt=0)

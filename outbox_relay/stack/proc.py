@@ -48,10 +48,9 @@ def service_port_range(ephemeral: tuple[int, int] | None) -> range | None:
     stopped service may even connect to itself through it. The service then comes back
     on other ports, which its clients are never told. None when the range leaves no room.
     """
-    if ephemeral is None:
+    if ephemeral is None or ephemeral[0] - SERVICE_PORTS_FROM < 1000:
         return None
-    top = min(ephemeral[0], 65536)
-    return range(SERVICE_PORTS_FROM, top) if top - SERVICE_PORTS_FROM >= 1000 else None
+    return range(SERVICE_PORTS_FROM, ephemeral[0])
 
 
 def pick_free_ports(count: int, ephemeral: tuple[int, int] | None = None) -> list[int]:
