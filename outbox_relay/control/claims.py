@@ -94,15 +94,19 @@ healthy AS (
     WHERE f.bad_id IS NULL OR c.id < f.bad_id
 ),
 chosen AS (
-    SELECT h.*,
-           -- Kafka compacts by record key, but only within a partition: a later row
-           -- supersedes only with the same key AND the same partitioning bytes.
-           h.compact AND h.key IS NOT NULL
-           AND h.id < max(h.id) OVER (
-               PARTITION BY h.topic, h.key, relay_partitioning_key(h.partition_key, h.key)
-           ) AS superseded
-    FROM healthy h
-    WHERE h.running_bytes <= %(batch_bytes)s OR h.n = 1
+    SELECT h.* FROM healthy h WHERE h.running_bytes <= %(batch_bytes)s OR h.n = 1
+),
+-- Kafka compacts by record key, but only within a partition: a later row supersedes only
+-- with the same key AND the same partitioning bytes. Only a compacted topic's keyed rows
+-- go through the window: sorting every row by key was a fifth of a large claim's time.
+superseded AS (
+    SELECT k.id FROM (
+        SELECT c.id, max(c.id) OVER (
+                   PARTITION BY c.topic, c.key, relay_partitioning_key(c.partition_key, c.key)
+               ) AS newest
+        FROM chosen c WHERE c.compact AND c.key IS NOT NULL
+    ) k
+    WHERE k.id < k.newest
 ),
 -- Whether a topic's claim stopped at its row or byte limit: more of it is waiting, and
 -- its next rounds go to the drain lane (outbox_relay.stream.lanes). A cut at a bad row is not.
@@ -118,7 +122,9 @@ grouped AS (
     SELECT topic, array_agg(id ORDER BY id) FILTER (WHERE NOT superseded) AS ids,
            coalesce(array_agg(id ORDER BY id) FILTER (WHERE superseded), '{}') AS withheld,
            coalesce(sum(size) FILTER (WHERE NOT superseded), 0) AS bytes
-    FROM chosen GROUP BY topic
+    FROM (SELECT c.topic, c.id, c.size, x.id IS NOT NULL AS superseded
+          FROM chosen c LEFT JOIN superseded x ON x.id = c.id) r
+    GROUP BY topic
 ),
 session AS (
     INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids, compacted_ids)

@@ -89,6 +89,29 @@ def test_a_claim_withholds_what_a_later_row_of_the_same_key_and_bytes_supersedes
     assert _staged(migrated_url) == [], "nor stages anything"
 
 
+def test_one_claim_of_two_topics_withholds_only_on_the_compacted_one(
+    migrated_url: str, parties: tuple[Party, Party],
+) -> None:
+    """The same keys, interleaved in one claim: only the compacted topic's rows are ever
+    superseded, and by their own topic's rows."""
+    compacted, plain = unique("withhold"), unique("plain")
+    shapes = [(b"K", None), (b"K", "Z"), (BINARY, None), (None, "K")] * 2
+    both = insert(migrated_url, [[Msg(t, key, b"%d" % n, partition_key=pkey)]
+                                 for n, (key, pkey) in enumerate(shapes)
+                                 for t in (compacted, plain)])
+    ids = {compacted: both[0::2], plain: both[1::2]}
+    a, _ = parties
+    a.locks.acquire([compacted, plain])
+
+    batch = a.claims.claim([TopicLimits(compacted, 10**6, True),
+                            TopicLimits(plain, 10**6, False)], 100, 10**7)
+
+    session = {s.topic: s.session_id for s in batch.sessions}
+    assert _session(migrated_url, session[compacted]) == (
+        [ids[compacted][n] for n in (3, 4, 5, 6, 7)], [ids[compacted][n] for n in (0, 1, 2)])
+    assert _session(migrated_url, session[plain]) == (ids[plain], [])
+
+
 def _isolation_rows(topic: str) -> list[Msg]:
     return [
         Msg(topic, b"K", b"K:1"),                      # 0: freed: only the culprit is later
