@@ -119,12 +119,12 @@ backlog AS (
 -- one row to send. The superseded rows are withheld (outbox_relay.control.withheld), not
 -- deleted: whether they may leave depends on what becomes of the write.
 grouped AS (
-    SELECT topic, array_agg(id ORDER BY id) FILTER (WHERE NOT superseded) AS ids,
-           coalesce(array_agg(id ORDER BY id) FILTER (WHERE superseded), '{}') AS withheld,
-           coalesce(sum(size) FILTER (WHERE NOT superseded), 0) AS bytes
-    FROM (SELECT c.topic, c.id, c.size, x.id IS NOT NULL AS superseded
-          FROM chosen c LEFT JOIN superseded x ON x.id = c.id) r
-    GROUP BY topic
+    SELECT c.topic, array_agg(c.id ORDER BY c.id) FILTER (WHERE x.id IS NULL) AS ids,
+           coalesce(array_agg(c.id ORDER BY c.id) FILTER (WHERE x.id IS NOT NULL), '{}')
+               AS withheld,
+           coalesce(sum(c.size) FILTER (WHERE x.id IS NULL), 0) AS bytes
+    FROM chosen c LEFT JOIN superseded x ON x.id = c.id
+    GROUP BY c.topic
 ),
 session AS (
     INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, ids, compacted_ids)
