@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.probes.quiet import check_quiet
+from bench.probes.quiet import check_broker, check_quiet
 from bench.report.md import write
 from bench.report.targets import rows
 from bench.stack import REPO, Stack, local_stack, log, sys_load
@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     failures = []
     log(f"default run: {', '.join(parts)}{' (quick)' if args.quick else ''}, conf/local.toml")
     with local_stack(args.quick, work) as stack:
+        quiet = check_broker(stack.partitions(), quiet, args.force)
         for name in parts:
             t0 = time.time()
             try:

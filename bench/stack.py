@@ -110,6 +110,11 @@ class Stack:
     def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap})
 
+    def partitions(self) -> int:
+        """The partitions of every topic the broker holds, its internal ones aside."""
+        topics = self.admin().list_topics(timeout=30).topics
+        return sum(len(t.partitions) for name, t in topics.items() if not name.startswith("__"))
+
     def create_topics(self, topics: Sequence[str], partitions: int) -> None:
         """Created, and every partition answering for its offsets (a new partition's
         leader takes a moment after the metadata names it), before any contender starts."""

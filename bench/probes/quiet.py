@@ -2,7 +2,8 @@
 PostgreSQL and Kafka, so anything else running skews one of them alone.
 
 Before the stack starts: the 1-minute load average must be at most 0.5 and no other
-Spark or pytest process may run, unless ``--force``; a forced run is marked as such in
+Spark or pytest process may run, and once the stack has started, its broker may hold
+few partitions (`check_broker`), unless ``--force``; a forced run is marked as such in
 the report. (Still to come, issue 10: the CPU taken during each measured window by
 processes outside the contenders and the stack, to re-run a window it spoiled; the load
 average cannot tell, since a contender alone loads both cores.)
@@ -79,6 +80,28 @@ def check_quiet(force: bool) -> dict[str, Any]:
                        + "; ".join(reasons))
     return {"load1": load1, "rivals": rivals, "forced": bool(reasons) and force,
             "why_forced": reasons if force else []}
+
+
+# Partitions the stack's broker may hold before a run. A stack that had served a few
+# hundred harness runs held 4,771 (1,690 topics): its broker took ten minutes to restart,
+# and the next 8-database drain took 46 s instead of 25-28 (docs/performance.md). Every
+# part deletes its topics once read back (W3's thousand too), so at a run's start the
+# broker holds the demo's and whatever runs that failed or were killed left.
+MAX_BROKER_PARTITIONS = 1000
+
+
+def check_broker(partitions: int, quiet: dict[str, Any], force: bool) -> dict[str, Any]:
+    """`quiet` (check_quiet's record) with the broker's partition count; raises NotQuiet
+    when the broker holds more than MAX_BROKER_PARTITIONS, unless forced."""
+    out = {**quiet, "broker_partitions": partitions}
+    if partitions <= MAX_BROKER_PARTITIONS:
+        return out
+    reason = (f"the broker holds {partitions:,} partitions > {MAX_BROKER_PARTITIONS:,}: "
+              f"topics left by other runs (delete them, or start a new stack)")
+    if not force:
+        raise NotQuiet(f"[bench] not a quiet machine, refusing to start (--force "
+                       f"overrides): {reason}")
+    return {**out, "forced": True, "why_forced": [*quiet.get("why_forced", []), reason]}
 
 
 # Before each contender of the default run: the machine's CPU at most this busy over one

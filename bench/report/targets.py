@@ -92,6 +92,11 @@ def _drain_why(part: Results) -> str:
             f" against the peer's {num(peer.get('cpu_tree_s_per_1k'), ' s')}")
 
 
+def _each_drain(part: Results, who: str) -> str:
+    """A contender's drains of a part that ran each twice (MANY), in their order."""
+    return ", ".join(num(d.get("drain_s"), " s") for d in dig(part, "drains", who) or [])
+
+
 def _exit_why(part: Results) -> str:
     def times(run: Any) -> str:
         return "first record {}, last {}, exit {} s after launch (code {})".format(
@@ -169,8 +174,14 @@ TARGETS: list[Target] = [
     # W1's launch to exit keeps the bound the default run had before issue 49.
     *_drain_pairs("W1, 1M x 1 KB over 10 topics, the table with a history", "W1", 1.5),
     *_drain_pairs("W1, the table in id order, vacuumed and analysed", "W1V", 1.5),
-    *_drain_pairs("MANY, 8 databases x 100,000 x 1 KB: one relay / 8 peers side by side",
+    *_drain_pairs("MANY, 8 databases x 100,000 x 1 KB: one relay / 8 peers side by side, "
+                  "each twice (relay, peers, peers, relay), pooled",
                   "MANY", None),
+    Target("MANY, each order's drain alone: relay then peers; peers then relay (relay / "
+           "peer)", "MANY", lambda p: "; ".join(num(r) for r in p.get("drain_ratio_by_order")
+                                                or []) or None,
+           beside=lambda p: f"drains: relay {_each_drain(p, 'relay')}; peers "
+           f"{_each_drain(p, 'peer')}"),
     Target("MANY: relay / peer at most on this machine, were the relay's own processes "
            "to cost no CPU (the rest of the machine's CPU over the relay's run, on every "
            "core)", "MANY", lambda p: p.get("ceiling_ratio"),

@@ -10,6 +10,13 @@ bench/peer.py processes started together, each on its database's new backlog. Th
 runs from the first record of any database to the last of all, launch to exit until the
 last process exits; CPU is the contenders' process trees' and the machine's. The run
 also says how far the relay could outrun the peers on this machine at all (`ceiling`).
+
+Each contender drains twice, in the order relay, peers, peers, relay (ORDER), and its
+figures are the two drains' pooled (`pooled`): whoever drains first meets the stack as
+it was just started. The same relay drained the same 8 x 100,000 in 19.1 s on a broker
+started just before, then 16.6 and 15.1 s, the relay's own producer thread spending 7.4,
+then 4.1 and 3.3 CPU-s (docs/performance.md): a relay, then the peers, as before, charged
+that to the relay alone.
 """
 
 from __future__ import annotations
@@ -64,30 +71,72 @@ def databases(stack: Stack, work: Path, n: int) -> Iterator[tuple[Stack, list[st
         yield relaying(stack, work, entries), urls
 
 
+# Each contender first once and last once: a stack's warming then favours neither.
+ORDER = (RELAY, PEER, PEER, RELAY)
+# Summed over a contender's drains; the times are their means (`pooled`).
+_SUMMED = ("delivered", "records", "distinct", "duplicates", "inversions", "missing",
+           "cpu_tree_s", "cpu_machine_s", "outbox_left")
+_MEANS = ("first_record_s", "last_record_s", "drain_s", "exit_s")
+
+
 def many(stack: Stack, work: Path, rows: int) -> dict[str, Any]:
-    """The relay, then the peers, each on eight new backlogs of `rows`."""
-    out: dict[str, Any] = {}
+    """The relay and the peers, each twice in ORDER, each drain on eight new backlogs of
+    `rows`; each contender's figures pooled over its two, with each drain's in `drains`."""
+    drains: dict[str, list[dict[str, Any]]] = {RELAY: [], PEER: []}
     with contextlib.ExitStack() as held:
         urls = [held.enter_context(scratch_database(f"many{i}")) for i in range(DATABASES)]
-        for who in (RELAY, PEER):
-            label = f"many-{who}-{uuid.uuid4().hex[:6]}"
-            topics = {url: [f"bench.{label}.d{i}.t{j}" for j in range(TOPICS_PER_DATABASE)]
-                      for i, url in enumerate(urls)}
-            every = [t for ts in topics.values() for t in ts]
-            stack.create_topics(every, PARTITIONS)
-            try:
-                for i, url in enumerate(urls):
-                    fill(replace(stack, url=url), topics[url], rows, first_row=i * rows)
-                out[who] = _drain(stack, work, who, urls, every, rows * DATABASES, label)
-            finally:
-                out.setdefault(who, {})["outbox_left"] = sum(
-                    replace(stack, url=url).forget(ts) for url, ts in topics.items())
-            got = out[who]
-            log(f"MANY {who}: first record {got['first_record_s']} s, drain {got['drain_s']} "
-                f"s, exit {got['exit_s']} s (codes {got['exit_codes']}), {got['distinct']} of "
-                f"{rows * DATABASES} read back, {got['duplicates']} duplicates")
-    return {**out, **versus(out[RELAY], out[PEER]),
-            **ceiling(out[RELAY], out[PEER], os.cpu_count() or 1, rows * DATABASES)}
+        for who in ORDER:
+            drains[who].append(_backlog_drained(stack, work, who, urls, rows))
+    relay, peer = pooled(drains[RELAY]), pooled(drains[PEER])
+    by_order = [versus(drains[RELAY][0], drains[PEER][0]),
+                versus(drains[RELAY][1], drains[PEER][1])]
+    return {RELAY: relay, PEER: peer, "drains": drains,
+            "drain_ratio_by_order": [o.get("drain_ratio") for o in by_order],
+            **versus(relay, peer),
+            **ceiling(relay, peer, os.cpu_count() or 1, relay.get("delivered", 0))}
+
+
+def _backlog_drained(stack: Stack, work: Path, who: str, urls: list[str],
+                     rows: int) -> dict[str, Any]:
+    """One drain by `who` of eight new backlogs of `rows`, over topics of its own."""
+    label = f"many-{who}-{uuid.uuid4().hex[:6]}"
+    topics = {url: [f"bench.{label}.d{i}.t{j}" for j in range(TOPICS_PER_DATABASE)]
+              for i, url in enumerate(urls)}
+    every = [t for ts in topics.values() for t in ts]
+    stack.create_topics(every, PARTITIONS)
+    got: dict[str, Any] = {}
+    try:
+        for i, url in enumerate(urls):
+            fill(replace(stack, url=url), topics[url], rows, first_row=i * rows)
+        got = _drain(stack, work, who, urls, every, rows * DATABASES, label)
+    finally:
+        got["outbox_left"] = sum(replace(stack, url=url).forget(ts)
+                                 for url, ts in topics.items())
+    log(f"MANY {who}: first record {got['first_record_s']} s, drain {got['drain_s']} "
+        f"s, exit {got['exit_s']} s (codes {got['exit_codes']}), {got['distinct']} of "
+        f"{rows * DATABASES} read back, {got['duplicates']} duplicates")
+    return got
+
+
+def pooled(drains: list[dict[str, Any]]) -> dict[str, Any]:
+    """A contender's drains as one: counts and CPU summed, times their means, the rate
+    all its messages over all its drains' time. Without every figure of every drain
+    (one failed), only what all have."""
+    out: dict[str, Any] = {}
+    for key in _SUMMED + _MEANS:
+        values = [v for d in drains if isinstance(v := d.get(key), int | float)]
+        if drains and len(values) == len(drains):
+            total = sum(values)
+            out[key] = round(total, 2) if key in _SUMMED else round(total / len(values), 2)
+    if out.get("delivered") and out.get("drain_s"):
+        out["msgs_per_s"] = round(out["delivered"] / (out["drain_s"] * len(drains)))
+        if "cpu_tree_s" in out:
+            out["cpu_tree_s_per_1k"] = round(out["cpu_tree_s"] / out["delivered"] * 1000, 4)
+    out["exit_codes"] = [c for d in drains for c in d.get("exit_codes", [])]
+    if all(d.get("lanes") for d in drains):
+        out["lanes"] = {lane: sum(d["lanes"][lane] for d in drains)
+                        for lane in ("direct", "spark")}
+    return out
 
 
 def ceiling(relay: dict[str, Any], peer: dict[str, Any], cores: int,

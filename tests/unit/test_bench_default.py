@@ -17,7 +17,7 @@ from bench.report.targets import plan_name, rows, startup
 from bench.run import parts_of
 from bench.workloads.drain import versus
 from bench.workloads.latency import cases, window
-from bench.workloads.many import ceiling
+from bench.workloads.many import ORDER, ceiling, pooled
 
 LAUNCH = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
@@ -203,3 +203,39 @@ def test_the_many_ceiling_is_the_rest_of_the_machine_alone_against_the_peers() -
     name = next(n for n in row if n.startswith("MANY: relay / peer at most"))
     assert (row[name]["figure"], row[name]["met"], row[name]["beside"]) == (
         1.8, None, "the rest 32.1 CPU-s: 16.1 s at least")
+
+
+def test_many_runs_each_contender_first_once_and_last_once() -> None:
+    assert ORDER[0] == ORDER[-1] != ORDER[1] == ORDER[2]
+    assert sorted(ORDER) == sorted(["relay", "relay", "peer", "peer"])
+
+
+def test_many_pools_a_contenders_two_drains_into_one_rate() -> None:
+    """400,000 messages in 10 s, then 400,000 in 30 s: 800,000 in 40 s is 20,000 msg/s,
+    not the 26,667 of the two rates' mean; the times are the drains' means."""
+    first = {"delivered": 400_000, "drain_s": 10.0, "exit_s": 14.0, "first_record_s": 3.0,
+             "last_record_s": 13.0, "missing": 0, "duplicates": 2, "cpu_tree_s": 8.0,
+             "cpu_machine_s": 20.0, "exit_codes": [0], "lanes": {"direct": 400_000, "spark": 0}}
+    second = {**first, "drain_s": 30.0, "exit_s": 34.0, "duplicates": 0, "cpu_tree_s": 12.0,
+              "exit_codes": [0], "lanes": {"direct": 300_000, "spark": 100_000}}
+    got = pooled([first, second])
+    assert (got["delivered"], got["msgs_per_s"], got["drain_s"], got["exit_s"]) == (
+        800_000, 20_000, 20.0, 24.0)
+    assert (got["duplicates"], got["cpu_tree_s"], got["cpu_tree_s_per_1k"]) == (2, 20.0, 0.025)
+    assert got["lanes"] == {"direct": 700_000, "spark": 100_000}
+    assert got["exit_codes"] == [0, 0]
+    # A drain that failed before its figures: the pool keeps only what every drain has.
+    broken = pooled([first, {"exit_codes": [1], "outbox_left": 5}])
+    assert "msgs_per_s" not in broken and "drain_s" not in broken
+    assert broken["exit_codes"] == [0, 1] and "lanes" not in broken
+    assert "drain_ratio" not in versus(broken, pooled([first, second]))
+
+
+def test_many_reports_each_orders_ratio_beside_the_pooled_one() -> None:
+    many = {"drain_ratio_by_order": [1.51, 2.1],
+            "drains": {"relay": [{"drain_s": 20.9}, {"drain_s": 15.0}],
+                       "peer": [{"drain_s": 31.6}, {"drain_s": 31.5}]}}
+    row = {r["target"]: r for r in rows({"MANY": many})}
+    name = next(n for n in row if n.startswith("MANY, each order's drain alone"))
+    assert (row[name]["figure"], row[name]["beside"]) == (
+        "1.51; 2.1", "drains: relay 20.9 s, 15.0 s; peers 31.6 s, 31.5 s")

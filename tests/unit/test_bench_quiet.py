@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.probes.quiet import cpu_busy, rival_processes
+from bench.probes.quiet import (
+    MAX_BROKER_PARTITIONS,
+    NotQuiet,
+    check_broker,
+    cpu_busy,
+    rival_processes,
+)
 
 
 def _proc(root: Path, pid: int, ppid: int, *argv: str) -> None:
@@ -39,3 +45,14 @@ def test_cpu_busy_is_the_share_of_non_idle_time_between_two_samples(
     monkeypatch.setattr("bench.probes.quiet.time.sleep",
                         lambda _s: stat.write_text(next(samples)))
     assert cpu_busy(5.0, stat) == 0.7
+
+
+def test_a_broker_cluttered_with_leftover_partitions_is_refused_unless_forced() -> None:
+    quiet = {"load1": 0.2, "rivals": [], "forced": False, "why_forced": []}
+    assert check_broker(MAX_BROKER_PARTITIONS, quiet, force=False) == {
+        **quiet, "broker_partitions": MAX_BROKER_PARTITIONS}
+    with pytest.raises(NotQuiet, match="4,771 partitions > 1,000"):
+        check_broker(4771, quiet, force=False)
+    forced = check_broker(4771, {**quiet, "why_forced": ["load"]}, force=True)
+    assert forced["forced"] is True and forced["broker_partitions"] == 4771
+    assert forced["why_forced"][0] == "load" and "4,771 partitions" in forced["why_forced"][1]
