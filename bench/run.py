@@ -17,7 +17,8 @@ settled machine. Each figure is read from Kafka by an independent consumer
 - DRAIN: a scheduled drain (`--available-now`) of 1,000 messages over 10 topics;
 - W3: 1,000 new topics of 1 partition x 100 messages of 1 KB;
 - MANY: one relay for eight databases x 100,000 messages of 1 KB, against eight peers
-  side by side, one per database (bench/workloads/many.py); then 500 msg/s in all into
+  side by side, one per database, each twice in the order relay, peers, peers, relay,
+  pooled (bench/workloads/many.py); then 500 msg/s in all into
   seven databases of a relay of eight whose eighth is down, its steady half-minute; then
   MANYIDLE: a relay of a hundred databases, a message every 0.1 s into one of them in
   turn (each idle for over a minute before its next), its second minute, then idle.
