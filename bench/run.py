@@ -92,7 +92,7 @@ def _git() -> tuple[str, bool]:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
 
     return (git("rev-parse", "--short", "HEAD").strip(),
-            bool(git("status", "--porcelain", "outbox_relay", "jobs", "conf").strip()))
+            bool(git("status", "--porcelain", "outbox_relay", "jobs", "conf", "bench").strip()))
 
 
 def _now() -> str:
