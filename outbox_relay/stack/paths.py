@@ -10,7 +10,7 @@ STACK_DIR_ENV = "RELAY_STACK_DIR"
 
 
 def repo_root() -> Path:
-    """The directory that contains the `relay` package."""
+    """The directory that contains the `outbox_relay` package."""
     return Path(__file__).resolve().parents[2]
 
 
