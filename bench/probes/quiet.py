@@ -26,6 +26,9 @@ _RIVALS = ("pytest", "org.apache.spark.deploy.SparkSubmit", "pyspark.daemon",
            "org.apache.spark.executor")
 
 
+REFUSAL = "[bench] not a quiet machine, refusing to start (--force overrides): "
+
+
 class NotQuiet(SystemExit):
     """The machine is busy: the benchmark does not start (``--force`` overrides)."""
 
@@ -76,8 +79,7 @@ def check_quiet(force: bool) -> dict[str, Any]:
     if rivals:
         reasons.append("other Spark or pytest processes run:\n  " + "\n  ".join(rivals))
     if reasons and not force:
-        raise NotQuiet("[bench] not a quiet machine, refusing to start (--force overrides): "
-                       + "; ".join(reasons))
+        raise NotQuiet(REFUSAL + "; ".join(reasons))
     return {"load1": load1, "rivals": rivals, "forced": bool(reasons) and force,
             "why_forced": reasons if force else []}
 
@@ -99,8 +101,7 @@ def check_broker(partitions: int, quiet: dict[str, Any], force: bool) -> dict[st
     reason = (f"the broker holds {partitions:,} partitions > {MAX_BROKER_PARTITIONS:,}: "
               f"topics left by other runs (delete them, or start a new stack)")
     if not force:
-        raise NotQuiet(f"[bench] not a quiet machine, refusing to start (--force "
-                       f"overrides): {reason}")
+        raise NotQuiet(REFUSAL + reason)
     return {**out, "forced": True, "why_forced": [*quiet.get("why_forced", []), reason]}
 
 
