@@ -79,8 +79,10 @@ def _pair_detail(key: str) -> Callable[[Results], str]:
         relay, peer = part.get("relay", {}), part.get("peer", {})
         capped = f", capped at {peer['capped_at_s']:.0f} s: a lower bound" \
             if peer.get("capped_at_s") else ""
-        return (f"relay {num(relay.get(key), ' s')}, peer {num(peer.get(key), ' s')}{capped}; "
-                f"the peer's select on {plan_name(peer) or '-'}")
+        # MANY's eight peers record no plan: no row then names one.
+        plan = plan_name(peer)
+        return (f"relay {num(relay.get(key), ' s')}, peer {num(peer.get(key), ' s')}{capped}"
+                + (f"; the peer's select on {plan}" if plan else ""))
     return detail
 
 

@@ -239,3 +239,14 @@ def test_many_reports_each_orders_ratio_beside_the_pooled_one() -> None:
     name = next(n for n in row if n.startswith("MANY, each order's drain alone"))
     assert (row[name]["figure"], row[name]["beside"]) == (
         "1.51; 2.1", "drains: relay 20.9 s, 15.0 s; peers 31.6 s, 31.5 s")
+
+
+def test_a_pair_without_a_recorded_plan_names_none() -> None:
+    """MANY's eight peers record no select plan: its rows say nothing of one, where a
+    peer that recorded one is named by it."""
+    relay = {"drain_s": 14.4}
+    many = rows({"MANY": {"relay": relay, "peer": {"drain_s": 30.5}}})
+    assert all("select on" not in r["beside"] for r in many)
+    walk = "Index Scan using kafka_messages_pkey on kafka_messages"
+    w1 = rows({"W1": {"relay": relay, "peer": {"drain_s": 30.5, "peer_select_plan": walk}}})
+    assert any("the peer's select on kafka_messages_pkey" in r["beside"] for r in w1)
