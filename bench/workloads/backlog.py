@@ -39,9 +39,11 @@ FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS g ORDER BY g
 
 
 def fill(stack: Stack, topics: Sequence[str], rows: int, history: bool = False,
-         first_row: int = 0) -> None:
+         first_row: int = 0, checkpoint: bool = True) -> None:
     """`rows` over `topics`, on the table with a history or in id order (above); in id
-    order, the rows' numbers start at `first_row` (each database's of MANY its own)."""
+    order, the rows' numbers start at `first_row` (each database's of MANY its own).
+    Without `checkpoint`, the caller checkpoints (`checkpointed`) once it has filled
+    every database it fills."""
     conn = connect(stack.url, autocommit=False)
     try:
         with conn.cursor() as cur:
@@ -69,9 +71,19 @@ def fill(stack: Stack, topics: Sequence[str], rows: int, history: bool = False,
                 autocommitted("VACUUM kafka_messages")  # the previous contender's dead rows
                 write(first_row, first_row + rows, topics)
             autocommitted("VACUUM ANALYZE kafka_messages")
-            # The fill dirtied up to 1.5 GB: flushed now, not by the checkpointer beside
-            # the contender's first rounds.
-            autocommitted("CHECKPOINT")
+    finally:
+        conn.close()
+    if checkpoint:
+        checkpointed(stack)
+
+
+def checkpointed(stack: Stack) -> None:
+    """The fill dirtied up to 1.5 GB: flushed now, not by the checkpointer beside the
+    contender's first rounds. A checkpoint is the server's, every database's at once."""
+    conn = connect(stack.url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("CHECKPOINT")
     finally:
         conn.close()
 
