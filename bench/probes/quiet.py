@@ -120,30 +120,13 @@ def cpu_busy(seconds: float, stat: Path = Path("/proc/stat")) -> float:
     return (busy_b - busy_a) / max(1, total_b - total_a)
 
 
-def dirty_mb(meminfo: Path = Path("/proc/meminfo")) -> float:
-    """The page cache's data not yet on disk: dirty, or being written back."""
-    kb = 0
-    for line in meminfo.read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in ("Dirty", "Writeback"):
-            kb += int(value.split()[0])
-    return round(kb / 1024, 1)
-
-
 def settle(vacuuming: Callable[[], bool]) -> dict[str, float]:
     """Wait (at most SETTLE_MAX_S) until the CPU is settled and nothing vacuums; the
-    wait and the last window's busy share go in the report. First, what is written but
-    not on disk is flushed, and how much it was is reported: the broker does not sync
-    its logs, so the kernel would otherwise write the last drain's records back (800 MB
-    in MANY) during the next contender's drain, which would share the disk with it."""
+    wait and the last window's busy share go in the report."""
     started = time.monotonic()
-    dirty = dirty_mb()
-    os.sync()
-    synced_s = time.monotonic() - started
     busy = 1.0
     while time.monotonic() - started < SETTLE_MAX_S:
         busy = cpu_busy(SETTLE_WINDOW_S)
         if busy <= SETTLED_BUSY and not vacuuming():
             break
-    return {"waited_s": round(time.monotonic() - started, 1), "busy": round(busy, 3),
-            "dirty_mb": dirty, "sync_s": round(synced_s, 1)}
+    return {"waited_s": round(time.monotonic() - started, 1), "busy": round(busy, 3)}

@@ -12,7 +12,6 @@ from bench.probes.quiet import (
     NotQuiet,
     check_broker,
     cpu_busy,
-    dirty_mb,
     rival_processes,
 )
 
@@ -57,10 +56,3 @@ def test_a_broker_cluttered_with_leftover_partitions_is_refused_unless_forced() 
     forced = check_broker(4771, {**quiet, "why_forced": ["load"]}, force=True)
     assert forced["forced"] is True and forced["broker_partitions"] == 4771
     assert forced["why_forced"][0] == "load" and "4,771 partitions" in forced["why_forced"][1]
-
-
-def test_what_is_not_on_disk_is_the_dirty_and_writeback_pages(tmp_path: Path) -> None:
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       24000000 kB\nDirty:             51200 kB\n"
-                       "Writeback:         10240 kB\nWritebackTmp:          0 kB\n")
-    assert dirty_mb(meminfo) == 60.0
