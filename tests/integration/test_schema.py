@@ -217,6 +217,24 @@ def test_migrate_twice_is_a_no_op(database_url: str) -> None:
     assert [v for v, _ in history] == [int(m[:4]) for m in ALL_MIGRATIONS]
 
 
+def test_the_id_arrays_are_stored_out_of_line_without_compression(database_url: str) -> None:
+    """0020: pglz compressed every claim's ids and every staged finish's."""
+    _migrate(database_url)
+    columns = [("relay_ledger_staging", "ids"), ("relay_ledger_staging", "partitioning_keys"),
+               ("relay_sessions", "compacted_ids"), ("relay_sessions", "ids")]
+    assert query(database_url, "SELECT attrelid::regclass::text, attname, attstorage "
+                               "FROM pg_attribute WHERE attrelid::regclass::text = ANY(%s) "
+                               "AND attname = ANY(%s) ORDER BY 1, 2",
+                 ([t for t, _ in columns], [c for _, c in columns])) == [
+        (table, column, "e") for table, column in columns]
+    # A direct write's claim of 5,000 ids, of a size pglz compresses by default.
+    query(database_url, "INSERT INTO relay_sessions (session_id, batch_id, topic, lock_token, "
+                        "ids) SELECT gen_random_uuid(), 1, 't', 'token', array_agg(g) "
+                        "FROM generate_series(1, 5000) g")
+    assert query(database_url, "SELECT pg_column_compression(ids), pg_column_size(ids) > 40000 "
+                               "FROM relay_sessions") == [(None, True)]
+
+
 @pytest.mark.parametrize("attempt", range(3))
 def test_two_concurrent_migrates_both_succeed(database_url: str, attempt: int) -> None:
     start = threading.Barrier(2)
