@@ -121,8 +121,9 @@ def _backlog_drained(stack: Stack, work: Path, who: str, urls: list[str],
 def _filled(stack: Stack, urls: list[str], topics: dict[str, list[str]], rows: int) -> None:
     """Every database's backlog, as many filled at once as the machine has cores (each
     database's alone in its table, so as a fill one after the other leaves it), then one
-    checkpoint: one after the other, the fills made MANY last 382-410 s, past its five
-    minutes, on a machine where each drain took 20-50 s."""
+    checkpoint. One after the other, with a checkpoint each, they took about 45 s a
+    drain on a machine where MANY lasted 382-410 s, past its five minutes; at once,
+    about 6-7 s less a drain (docs/performance.md)."""
     def one(i: int) -> None:
         url = urls[i]
         fill(replace(stack, url=url), topics[url], rows, first_row=i * rows, checkpoint=False)
